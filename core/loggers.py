@@ -1,0 +1,70 @@
+"""Loggers of a run: a CSV file that survives restarts, and MLflow that continues its run.
+
+`metrics.csv` keeps the rows written before the checkpoint a run resumes from
+and drops those logged after it (they are about to be recomputed). Steps of
+later phases are offset by the steps of the earlier ones, so one file covers a
+two-stage run without repeated step numbers.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+from lightning.pytorch.loggers import CSVLogger, MLFlowLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+
+
+class _KeepingWriter(ExperimentWriter):
+    def __init__(self, log_dir: str, keep_before_step: int):
+        self.keep_before_step = keep_before_step
+        super().__init__(log_dir)
+
+    def _check_log_dir_exists(self) -> None:  # called by the parent's __init__: keep history instead of deleting it
+        path = self.metrics_file_path
+        if not os.path.isfile(path):
+            return
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            header = list(reader.fieldnames or [])
+            rows = [r for r in reader if r.get("step") not in (None, "") and int(float(r["step"])) < self.keep_before_step]
+        tmp = path + ".tmp"
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=header)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, path)
+        self.metrics_keys = header
+
+
+class RunCSVLogger(CSVLogger):
+    """CSVLogger writing `<run_dir>/metrics.csv` directly, resuming instead of truncating."""
+
+    def __init__(self, run_dir: Path, step_offset: int = 0, resume_step: int = 0, flush_logs_every_n_steps: int = 10):
+        super().__init__(save_dir=str(run_dir), name="", version="", flush_logs_every_n_steps=flush_logs_every_n_steps)
+        self.step_offset = step_offset
+        self.resume_step = resume_step
+
+    @property
+    def experiment(self):
+        if self._experiment is None:
+            self._experiment = _KeepingWriter(self.log_dir, keep_before_step=self.step_offset + self.resume_step)
+        return self._experiment
+
+    def log_metrics(self, metrics, step=None):
+        super().log_metrics(metrics, None if step is None else step + self.step_offset)
+
+    def log_hyperparams(self, params=None):  # the resolved config is already saved as config.yaml
+        return None
+
+
+def mlflow_logger(run_dir: Path, tracking_uri: str, experiment_name: str, run_name: str, params: dict) -> MLFlowLogger:
+    """An MLflow logger that continues the run recorded in `<run_dir>/mlflow_run_id` after a restart."""
+    id_file = run_dir / "mlflow_run_id"
+    run_id = id_file.read_text().strip() if id_file.exists() else None
+    logger = MLFlowLogger(experiment_name=experiment_name, run_name=run_name, tracking_uri=tracking_uri, run_id=run_id)
+    if run_id is None:
+        id_file.write_text(logger.run_id)
+        logger.log_hyperparams(params)
+    return logger

@@ -1,0 +1,138 @@
+"""The LightningModule base every refract task trains through.
+
+`TrainModule` owns what is common to all tasks and nothing about images or
+actions: AdamW with no weight decay on biases and norm weights, per-part
+learning-rate scales, linear warmup (by ratio) then cosine decay, the count of
+micro-batches consumed (the data position a resumed run continues from) and the
+RNG states stored in every checkpoint. Subclasses implement `compute_loss` and
+`parts` (the named sub-modules that a phase may train or freeze).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+
+import lightning as L
+import numpy as np
+import torch
+from torch import nn
+from transformers import get_cosine_schedule_with_warmup
+
+
+class TrainModule(L.LightningModule):
+    """Base for task modules. `phase` is one phase of `cfg.stage.phases` (name, trainable, optim)."""
+
+    def __init__(self, model: nn.Module, phase: Mapping, total_steps: int):
+        super().__init__()
+        self.model = model
+        self.phase_name = str(phase["name"])
+        self.optim = dict(phase["optim"])
+        self.trainable = list(phase["trainable"])
+        self.total_steps = int(total_steps)
+        self.consumed_batches = 0  # micro-batches taken from the data stream; restored on resume
+        self.apply_trainable()
+        self.train()  # Lightning keeps modules in the mode they come in (HF loads models in eval mode)
+
+    # --- what subclasses provide -------------------------------------------------------------
+    def parts(self) -> dict[str, nn.Module]:
+        """Named sub-modules that phases refer to in `trainable` and `lr_scale`."""
+        raise NotImplementedError
+
+    def compute_loss(self, batch) -> torch.Tensor:
+        raise NotImplementedError
+
+    # --- freezing ----------------------------------------------------------------------------
+    def apply_trainable(self) -> None:
+        parts = self.parts()
+        unknown = set(self.trainable) - set(parts)
+        if unknown:
+            raise ValueError(f"trainable names {sorted(unknown)} are not parts of this model; choose from {sorted(parts)}")
+        for name, part in parts.items():
+            part.requires_grad_(name in self.trainable)
+
+    def train(self, mode: bool = True):
+        """Frozen parts stay in eval mode (no dropout / norm statistics updates) while the rest trains."""
+        super().train(mode)
+        if mode:
+            for name, part in self.parts().items():
+                if name not in self.trainable:
+                    part.eval()
+        return self
+
+    # --- training ----------------------------------------------------------------------------
+    def training_step(self, batch, batch_idx):
+        loss = self.compute_loss(batch)
+        self.consumed_batches += 1
+        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=False)
+        return loss
+
+    def configure_optimizers(self):
+        groups = optimizer_groups(self.parts(), self.trainable, self.optim)
+        opt = torch.optim.AdamW(
+            groups,
+            lr=self.optim["lr"],
+            betas=tuple(self.optim.get("betas", (0.9, 0.999))),
+            eps=self.optim.get("eps", 1e-8),
+        )
+        warmup = math.ceil(self.optim.get("warmup_ratio", 0.0) * self.total_steps)
+        sched = get_cosine_schedule_with_warmup(opt, warmup, max(self.total_steps, 1))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # --- resume state ------------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["phase"] = self.phase_name
+        checkpoint["consumed_batches"] = self.consumed_batches
+        checkpoint["rng"] = collect_rng_states()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.consumed_batches = int(checkpoint.get("consumed_batches", 0))
+        if "rng" in checkpoint:
+            set_rng_states(checkpoint["rng"])
+
+
+def is_no_decay(name: str, param: nn.Parameter) -> bool:
+    """Biases, norm weights and other 1-D parameters (and position/scale vectors) get no weight decay."""
+    return param.ndim < 2 or name.endswith(".bias") or "norm" in name.lower()
+
+
+def optimizer_groups(parts: Mapping[str, nn.Module], trainable: list[str], optim: Mapping) -> list[dict]:
+    """AdamW parameter groups: for each trainable part, a decay and a no-decay group at lr * lr_scale[part]."""
+    lr_scale = dict(optim.get("lr_scale") or {})
+    groups = []
+    for name in trainable:
+        decay, no_decay = [], []
+        for pname, p in parts[name].named_parameters():
+            if p.requires_grad:
+                (no_decay if is_no_decay(pname, p) else decay).append(p)
+        lr = optim["lr"] * float(lr_scale.get(name, 1.0))
+        if decay:
+            groups.append({"params": decay, "weight_decay": optim.get("weight_decay", 0.0), "lr": lr, "name": f"{name}/decay"})
+        if no_decay:
+            groups.append({"params": no_decay, "weight_decay": 0.0, "lr": lr, "name": f"{name}/no_decay"})
+    if not groups:
+        raise ValueError(f"no trainable parameters in parts {trainable}")
+    return groups
+
+
+def collect_rng_states() -> dict:
+    """torch / numpy / python RNG states as plain tensors, lists and numbers (loadable with weights_only=True)."""
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    py_version, py_state, py_gauss = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": [np_name, torch.from_numpy(np_keys.astype(np.int64)), int(np_pos), int(np_has_gauss), float(np_gauss)],
+        "python": [py_version, list(py_state), py_gauss],
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_states(states: dict) -> None:
+    torch.set_rng_state(states["torch"])
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = states["numpy"]
+    np.random.set_state((np_name, np_keys.numpy().astype(np.uint32), np_pos, np_has_gauss, np_gauss))
+    py_version, py_state, py_gauss = states["python"]
+    random.setstate((py_version, tuple(py_state), py_gauss))
+    if states.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])

@@ -1,0 +1,226 @@
+"""`train(cfg)` and `evaluate(cfg)`: what the Hydra entry points call.
+
+A run lives in `<run.root>/<run.name>/`: `config.yaml` (the resolved config),
+`checkpoints/last.ckpt`, `metrics.csv`, `model.safetensors` (the weights after
+the latest finished phase), `progress.json` (finished phases) and
+`results.json`. `run.name` defaults to a name made of the main config choices
+plus a hash of the whole resolved config, so the same command finds its own
+directory again and resumes from `last.ckpt`, while a different command never
+reuses another run's directory.
+
+A recipe (`cfg.stage.phases`) is a list of phases trained one after another,
+each with its own trainable parts, optimiser settings and batch size; a phase
+starts from the weights the previous one ended with. The core knows nothing of
+images or actions: `cfg.task` names a task object (Hydra `_target_`) that
+builds the model, the data module and the LightningModule of a phase.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.table import Table
+from safetensors.torch import load_model
+
+from core.checkpoint import AtomicCheckpointIO, peek, save_weights_atomic
+from core.loggers import RunCSVLogger, mlflow_logger
+
+console = Console()
+
+
+def run_name(cfg: DictConfig) -> str:
+    if cfg.run.get("name"):
+        return str(cfg.run.name)
+    body = OmegaConf.to_container(cfg, resolve=True)
+    body["run"].pop("name", None)
+    digest = hashlib.sha1(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    parts = [str(p) for p in cfg.task.get("run_name_parts", [])]
+    return "-".join([*parts, digest])
+
+
+def run_dir_of(cfg: DictConfig) -> Path:
+    return Path(cfg.run.root) / run_name(cfg)
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def update_results(run_dir: Path, new: dict) -> dict:
+    path = run_dir / "results.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    results.update(new)
+    write_json_atomic(path, results)
+    return results
+
+
+def phase_steps(cfg: DictConfig, phase: DictConfig, num_samples: int) -> int:
+    """trainer.max_steps (a command-line override) wins, then the phase's max_steps, then its epochs."""
+    if cfg.trainer.get("max_steps"):
+        return int(cfg.trainer.max_steps)
+    if phase.get("max_steps"):
+        return int(phase.max_steps)
+    return max(1, math.ceil(phase.get("epochs", 1) * num_samples / phase.global_batch_size))
+
+
+def micro_batch(cfg: DictConfig, phase: DictConfig, world_size: int) -> tuple[int, int]:
+    """(micro batch size, gradient accumulation) that make up the phase's global batch."""
+    micro = cfg.trainer.get("micro_batch_size") or max(1, phase.global_batch_size // world_size)
+    micro = min(micro, phase.global_batch_size)
+    accumulate, rest = divmod(phase.global_batch_size, micro * world_size)
+    if rest or accumulate < 1:
+        raise ValueError(
+            f"global batch {phase.global_batch_size} is not a multiple of micro batch {micro} x {world_size} devices; "
+            "set trainer.micro_batch_size to a divisor"
+        )
+    return micro, accumulate
+
+
+def build_loggers(cfg: DictConfig, run_dir: Path, step_offset: int, resume_step: int, name: str) -> list:
+    loggers = [RunCSVLogger(run_dir, step_offset=step_offset, resume_step=resume_step)]
+    mlflow_cfg = cfg.logger.get("mlflow")
+    if mlflow_cfg:
+        params = {k: str(v) for k, v in _flatten(OmegaConf.to_container(cfg, resolve=True)).items()}
+        loggers.append(mlflow_logger(run_dir, mlflow_cfg.tracking_uri, mlflow_cfg.experiment_name, name, params))
+    return loggers
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+class _StepProgressBar(RichProgressBar):
+    """The data stream is endless, so the bar counts towards the phase's last step."""
+
+    @property
+    def total_train_batches(self):
+        return self.trainer.max_steps * self.trainer.accumulate_grad_batches
+
+
+def build_trainer(cfg: DictConfig, phase: DictConfig, run_dir: Path, max_steps: int, accumulate: int, loggers) -> L.Trainer:
+    t = cfg.trainer
+    every = int(t.checkpoint_every)
+    callbacks = [
+        ModelCheckpoint(
+            dirpath=run_dir / "checkpoints",
+            every_n_train_steps=every,
+            save_top_k=0,
+            save_last=True,
+            enable_version_counter=False,
+        )
+    ]
+    if t.get("progress_bar", True):
+        callbacks.append(_StepProgressBar())
+    return L.Trainer(
+        accelerator=t.accelerator,
+        devices=t.devices,
+        num_nodes=t.get("num_nodes", 1),
+        strategy=instantiate(t.strategy) if isinstance(t.strategy, DictConfig) else t.strategy,
+        precision=t.precision,
+        max_steps=max_steps,
+        accumulate_grad_batches=accumulate,
+        gradient_clip_val=phase.optim.get("gradient_clip_val", 1.0),
+        log_every_n_steps=t.log_every_n_steps,
+        callbacks=callbacks,
+        logger=loggers,
+        plugins=[AtomicCheckpointIO()],
+        enable_progress_bar=bool(t.get("progress_bar", True)),
+        enable_model_summary=False,
+        use_distributed_sampler=False,  # core.data.StreamSampler shards by rank itself
+        num_sanity_val_steps=0,
+        deterministic=t.get("deterministic", False),
+    )
+
+
+def train(cfg: DictConfig) -> dict:
+    """Train every phase of the recipe (resuming where a previous run of the same command stopped)."""
+    if cfg.trainer.get("threads"):
+        torch.set_num_threads(int(cfg.trainer.threads))
+    name = run_name(cfg)
+    run_dir = Path(cfg.run.root) / name
+    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    progress_path = run_dir / "progress.json"
+    progress = json.loads(progress_path.read_text()) if progress_path.exists() else {"completed": {}}
+    last_ckpt = run_dir / "checkpoints" / "last.ckpt"
+    weights = run_dir / "model.safetensors"
+
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    task = instantiate(cfg.task, _recursive_=False)
+    model = task.build_model(cfg)
+    results: dict = {"run_dir": str(run_dir)}
+    step_offset = 0
+    for index, phase in enumerate(cfg.stage.phases.values()):
+        if phase.name in progress["completed"]:
+            step_offset += progress["completed"][phase.name]
+            continue
+        resume = last_ckpt.exists() and peek(last_ckpt)["phase"] == phase.name
+        if not resume and weights.exists():
+            load_model(model, str(weights))  # the previous phase's final weights
+        world = int(cfg.trainer.devices) * int(cfg.trainer.get("num_nodes", 1))
+        micro, accumulate = micro_batch(cfg, phase, world)
+        datamodule = task.build_datamodule(cfg, phase, model, micro_batch_size=micro, seed=cfg.seed + index)
+        datamodule.setup("fit")
+        steps = phase_steps(cfg, phase, datamodule.num_samples)
+        module = task.build_module(cfg, phase, model, total_steps=steps)
+        resume_step = peek(last_ckpt)["global_step"] if resume else 0
+        loggers = build_loggers(cfg, run_dir, step_offset, resume_step, name)
+        trainer = build_trainer(cfg, phase, run_dir, steps, accumulate, loggers)
+        console.print(f"[bold]phase {phase.name}[/]: {steps} steps, global batch {phase.global_batch_size} "
+                      f"({micro} x {accumulate} accumulation), trainable {list(phase.trainable)}"
+                      + (f", resuming at step {resume_step}" if resume else ""))
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(last_ckpt) if resume else None, weights_only=True)
+        if trainer.global_rank == 0:
+            if not last_ckpt.exists() or peek(last_ckpt)["global_step"] != trainer.global_step or peek(last_ckpt)["phase"] != phase.name:
+                trainer.save_checkpoint(last_ckpt, weights_only=False)
+            save_weights_atomic(model, weights)
+            progress["completed"][phase.name] = steps
+            write_json_atomic(progress_path, progress)
+        step_offset += steps
+        results[f"{phase.name}/train_loss"] = float(trainer.callback_metrics.get("train/loss", float("nan")))
+        results.update({f"{phase.name}/{k}": v for k, v in datamodule.report().items()})
+        for logger in loggers:
+            logger.finalize("success")
+    results.update(update_results(run_dir, {k: v for k, v in results.items() if k != "run_dir"}))
+    print_report(results, title=f"run {name}")
+    return results
+
+
+def evaluate(cfg: DictConfig) -> dict:
+    """Run `cfg.benchmark` (a Hydra `_target_` callable: (run_dir, cfg) -> metrics) on a trained run."""
+    run_dir = Path(cfg.run)
+    if not (run_dir / "config.yaml").exists():
+        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml); pass run=runs/NAME")
+    benchmark = instantiate(cfg.benchmark, _recursive_=False)
+    metrics = benchmark(run_dir, cfg)
+    update_results(run_dir, metrics)
+    print_report(metrics, title=f"{cfg.benchmark.name} on {run_dir}")
+    return metrics
+
+
+def print_report(metrics: dict, title: str) -> None:
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k, v in metrics.items():
+        table.add_row(k, f"{v:.2f}" if isinstance(v, float) else str(v))
+    console.print(table)

@@ -1,0 +1,95 @@
+"""Reading and validating LLaVA-format conversation files (model-agnostic).
+
+Format: a JSON list of records `{"id", "image" (optional: path relative to the
+image root, or a list of paths), "conversations": [{"from": "human"|"gpt",
+"value": str}, ...]}` with turns alternating human, gpt, human, ...
+
+Bad input never passes silently: a record with a missing or unreadable image,
+turns that do not alternate, an empty conversation list, or a malformed field
+raises `DataError` naming the file, the record id and the fix — or, with
+`skip_bad=True`, is skipped and counted by reason (the caller prints the
+counts). A file that is not a JSON list of records is always an error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from PIL import Image
+
+
+class DataError(ValueError):
+    """Malformed training data; the message names the file, the record and the fix."""
+
+
+def record_images(record: dict) -> list[str]:
+    image = record.get("image")
+    if image is None:
+        return []
+    return [image] if isinstance(image, str) else list(image)
+
+
+def check_record(record: object, image_root: Path) -> str | None:
+    """The problem with one record, or None if it is usable."""
+    if not isinstance(record, dict):
+        return "is not a JSON object"
+    conversations = record.get("conversations")
+    if not isinstance(conversations, list) or not conversations:
+        return "has an empty or missing 'conversations' list"
+    for i, turn in enumerate(conversations):
+        expected = "human" if i % 2 == 0 else "gpt"
+        if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
+            return f"turn {i} is not an object with a string 'value'"
+        if turn.get("from") != expected:
+            return f"turn {i} is from {turn.get('from')!r} but turns must alternate human/gpt starting with human (expected {expected!r})"
+    if len(conversations) % 2:
+        return "ends with a human turn that has no gpt answer"
+    image = record.get("image")
+    if image is not None and not (isinstance(image, str) or (isinstance(image, list) and all(isinstance(x, str) for x in image))):
+        return "has an 'image' that is neither a path nor a list of paths"
+    for rel in record_images(record):
+        path = image_root / rel
+        if not path.is_file():
+            return f"image file {path} does not exist"
+        try:
+            with Image.open(path) as im:
+                im.verify()
+        except Exception as err:
+            return f"image file {path} is unreadable ({type(err).__name__}: {err})"
+    return None
+
+
+def load_llava(json_path: str | Path, image_root: str | Path, skip_bad: bool = False) -> tuple[list[dict], Counter]:
+    """Valid records of a LLaVA JSON file, and the count of skipped records by reason."""
+    json_path, image_root = Path(json_path), Path(image_root)
+    try:
+        data = json.loads(json_path.read_text())
+    except FileNotFoundError as err:
+        raise DataError(f"{json_path}: file not found; set data.json to a LLaVA-format JSON file") from err
+    except json.JSONDecodeError as err:
+        raise DataError(f"{json_path}: not valid JSON ({err}); fix the file") from err
+    if not isinstance(data, list):
+        raise DataError(f"{json_path}: expected a JSON list of records, found a {type(data).__name__}; "
+                        "LLaVA files are [{\"id\", \"image\", \"conversations\": [...]}, ...]")
+    records, skipped = [], Counter()
+    for index, record in enumerate(data):
+        problem = check_record(record, image_root)
+        if problem is None:
+            records.append(record)
+            continue
+        rid = record.get("id", f"#{index}") if isinstance(record, dict) else f"#{index}"
+        if not skip_bad:
+            raise DataError(f"{json_path}: record {rid}: {problem}. Fix the record, or run with data.skip_bad=true to skip and count bad records")
+        skipped[_reason(problem)] += 1
+    return records, skipped
+
+
+def _reason(problem: str) -> str:
+    """A short reason key for the skip counter (drops the record-specific path)."""
+    if problem.startswith("image file"):
+        return "missing image" if "does not exist" in problem else "unreadable image"
+    if problem.startswith("turn"):
+        return "turns do not alternate human/gpt"
+    return problem

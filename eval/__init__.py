@@ -1,0 +1,1 @@
+"""refract.eval"""

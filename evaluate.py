@@ -1,0 +1,23 @@
+"""Evaluate a trained run: `python evaluate.py run=RUN_DIR benchmark=NAME [limit=N]`.
+
+Writes the metrics into `RUN_DIR/results.json` and prints them as a table.
+"""
+
+import hydra
+from omegaconf import DictConfig
+
+import vlm.tiny  # noqa: F401  (registers the ${tiny:NAME} config resolver)
+from data.llava import DataError
+from vlm.hub import ComponentLoadError
+from core.cli import exit_on_user_error
+from core.run import evaluate
+
+
+@hydra.main(config_path="conf", config_name="eval", version_base="1.3")
+def main(cfg: DictConfig) -> dict:
+    with exit_on_user_error(ComponentLoadError, DataError, FileNotFoundError):
+        return evaluate(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Language backbones loaded through transformers (AutoModelForCausalLM + AutoTokenizer).
+
+A backbone is a hub id or a local folder written by `save_pretrained`; the tiny
+flavours are real local checkpoints loaded the same way. A tokenizer without a
+pad token gets one, and the embeddings are resized (to a multiple of 64).
+`trust_remote_code` stays off unless the config turns it on.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from vlm.hub import load_error, offline_unless_reachable
+from vlm.prompting import build_prompt_format
+
+
+class HFBackbone(nn.Module):
+    def __init__(
+        self,
+        model_id: str,
+        prompt_format: str = "base",
+        dtype: str = "float32",
+        pad_to_multiple_of: int = 64,
+        max_length: int = 2048,
+        trust_remote_code: bool = False,
+        attn_implementation: str | None = "sdpa",
+    ):
+        super().__init__()
+        offline_unless_reachable(model_id)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=trust_remote_code)
+            self.model = AutoModelForCausalLM.from_pretrained(
+                model_id,
+                dtype=getattr(torch, dtype),
+                trust_remote_code=trust_remote_code,
+                attn_implementation=attn_implementation,
+            )
+        except Exception as err:  # hub/network/file errors all surface as one clear message
+            raise load_error("backbone", model_id, "backbone.model_id", err) from err
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.add_special_tokens({"pad_token": "<pad>"})
+        if len(self.tokenizer) > self.model.get_input_embeddings().num_embeddings:
+            self.model.resize_token_embeddings(len(self.tokenizer), pad_to_multiple_of=pad_to_multiple_of)
+        self.tokenizer.padding_side = "right"
+        self.hidden_size = self.model.config.hidden_size
+        self.max_length = max_length
+        self.prompt_format = build_prompt_format(prompt_format, self.tokenizer)
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model.get_input_embeddings()(input_ids)
+
+    def forward(self, **kwargs):
+        return self.model(**kwargs)

@@ -1,0 +1,92 @@
+"""Lightning wrappers of the VLM on the shared core: the task, its module and its data.
+
+`VLMTask` is what `conf/task/vlm.yaml` names; `core.run.train` asks it for the
+model, then for each phase of the recipe a data module and a module. Parts a
+phase may train: `encoder`, `projector`, `backbone`.
+
+Data splits: each phase lists the splits it trains on (`phase.data`, e.g.
+`[align]`, `[instruct]` or both mixed); `cfg.data.splits` maps a split name
+to a LLaVA JSON file under `cfg.data.image_root`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from rich.console import Console
+
+from core.data import StreamDataModule
+from core.module import TrainModule
+from data.llava import load_llava
+from data.sources import DataSource, resolve
+from vlm.dataset import Collator, VLMDataset, tokenize_records
+from vlm.model import VLM, build_vlm
+
+console = Console()
+
+
+class VLMModule(TrainModule):
+    model: VLM
+
+    def parts(self):
+        return {"encoder": self.model.encoder, "projector": self.model.projector, "backbone": self.model.backbone}
+
+    def compute_loss(self, batch):
+        return self.model(**batch).loss
+
+
+class VLMDataModule(StreamDataModule):
+    def __init__(self, source: DataSource, splits: list[str], model: VLM, micro_batch_size: int, seed: int,
+                 skip_bad: bool = False, num_workers: int = 0):
+        super().__init__(micro_batch_size, seed, num_workers=num_workers)
+        self.source = source
+        self.skip_bad = skip_bad
+        self.splits = list(splits)
+        self.model = model
+        self.skipped: Counter = Counter()
+        self.dropped: Counter = Counter()
+        self.num_samples = 0
+        self._ready = False
+
+    def setup(self, stage: str | None = None) -> None:
+        if self._ready:
+            return
+        root = self.source.image_root
+        samples = []
+        for split in self.splits:
+            if split not in self.source.splits:
+                raise ValueError(f"phase data split {split!r} is not in data.splits ({sorted(self.source.splits)})")
+            records, skipped = load_llava(self.source.splits[split], root, skip_bad=self.skip_bad)
+            self.skipped.update(skipped)
+            part, dropped = tokenize_records(
+                records, self.model.prompt_format, root, self.model.backbone.max_length, self.model.encoder.num_patches
+            )
+            self.dropped.update(dropped)
+            samples += part
+        self.train_dataset = VLMDataset(samples, self.model.encoder.transform)
+        self.collate_fn = Collator(self.model.tokenizer.pad_token_id)
+        self.num_samples = len(samples)
+        self._ready = True
+        console.print(f"data {self.splits}: {self.num_samples} samples" + (f"; {self.report()}" if self.report() else ""))
+
+    def report(self) -> dict:
+        """Records skipped as bad (`skipped/<reason>`) and samples dropped at tokenization (`dropped/<reason>`)."""
+        out = {f"skipped/{k}": v for k, v in self.skipped.items()}
+        out.update({f"dropped/{k}": v for k, v in self.dropped.items()})
+        return out
+
+
+class VLMTask:
+    """Builds the VLM pieces for `core.run.train` (named by `conf/task/vlm.yaml`)."""
+
+    def __init__(self, name: str = "vlm", run_name_parts: list | None = None):
+        self.name = name
+
+    def build_model(self, cfg) -> VLM:
+        return build_vlm(cfg)
+
+    def build_datamodule(self, cfg, phase, model: VLM, micro_batch_size: int, seed: int) -> VLMDataModule:
+        return VLMDataModule(resolve(cfg.data), list(phase.data), model, micro_batch_size, seed,
+                             skip_bad=bool(cfg.data.get("skip_bad", False)), num_workers=int(cfg.data.get("num_workers", 0)))
+
+    def build_module(self, cfg, phase, model: VLM, total_steps: int) -> VLMModule:
+        return VLMModule(model, phase, total_steps)
