@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 import os
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -36,6 +37,8 @@ from core.checkpoint import AtomicCheckpointIO, peek, save_weights_atomic
 from core.loggers import RunCSVLogger, mlflow_logger
 
 console = Console()
+# Frozen parts are kept in eval mode on purpose (TrainModule.train); Lightning's notice about it is noise.
+warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
 
 
 def run_name(cfg: DictConfig) -> str:

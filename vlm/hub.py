@@ -45,8 +45,10 @@ def load_error(kind: str, model_id: str, config_key: str, err: Exception) -> Com
     if is_local(model_id):
         hint = f"check that {model_id} holds a complete checkpoint"
     else:
+        repo = model_id.removeprefix("hf-hub:")
+        local = "local-dir:DIR" if model_id.startswith("hf-hub:") else "DIR"
         hint = (
             f"the hub is unreachable or the model is gated/missing. Download it where you have access "
-            f"(`hf download {model_id} --local-dir DIR`), then run with {config_key}=DIR"
+            f"(`hf download {repo} --local-dir DIR`), then run with {config_key}={local}"
         )
     return ComponentLoadError(f"could not load {kind} '{model_id}': {reason}\n  fix: {hint}")

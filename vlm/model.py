@@ -11,10 +11,12 @@ sampling) with the KV cache, returning strings.
 from __future__ import annotations
 
 import torch
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from PIL import Image
 from torch import nn
 
+from vlm.hub import ComponentLoadError
 from vlm.prompting import IGNORE_INDEX
 
 
@@ -105,12 +107,18 @@ class VLM(nn.Module):
 
 def build_vlm(cfg) -> VLM:
     """Encoder, backbone and projector from the run config (`cfg.encoder`, `cfg.backbone`, `cfg.projector`)."""
-    encoder = instantiate(_component(cfg.encoder))
-    backbone = instantiate(_component(cfg.backbone))
-    projector = instantiate(_component(cfg.projector))(encoder.embed_dim, backbone.hidden_size)
+    encoder = build_component(cfg.encoder)
+    backbone = build_component(cfg.backbone)
+    projector = build_component(cfg.projector)(encoder.embed_dim, backbone.hidden_size)
     return VLM(encoder, backbone, projector)
 
 
-def _component(node):
-    """A component's config without its `name` (which names the run, not a constructor argument)."""
-    return {k: v for k, v in node.items() if k != "name"}
+def build_component(node):
+    """Instantiate a component config (its `name` names the run and is not a constructor argument).
+    A load failure surfaces as the component's own `ComponentLoadError`, not Hydra's wrapper."""
+    try:
+        return instantiate({k: v for k, v in node.items() if k != "name"})
+    except InstantiationException as err:
+        if isinstance(err.__cause__, ComponentLoadError):
+            raise err.__cause__ from None
+        raise

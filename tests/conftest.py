@@ -1,0 +1,63 @@
+"""Shared test set-up: hermetic caches, no hub access, and Hydra config composition helpers.
+
+Tiny checkpoints and the small Sort-of-CLEVR dataset are written once per test
+session into a temporary cache (`REFRACT_CACHE`), through the same code paths a
+user's first run takes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("REFRACT_CACHE", tempfile.mkdtemp(prefix="refract-test-cache-"))
+os.environ["HF_HUB_OFFLINE"] = "1"  # tests never reach a hub
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+import vlm.tiny  # noqa: E402,F401  (registers ${tiny:NAME})
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+sys.path.insert(0, str(ROOT))
+torch.set_num_threads(1)
+
+# Small data and batches so that a step takes well under a second on one core.
+BASE = ["logger=csv", "trainer.progress_bar=false", "trainer.log_every_n_steps=1"]
+SMALL = [
+    *BASE,
+    "data.generator.n_train=48",
+    "data.generator.n_test=12",
+    "data.generator.questions_per_image=4",
+]
+SCRATCH_SMALL = ["stage.phases.scratch.global_batch_size=4"]  # for the default stage
+
+
+def compose_cfg(*overrides: str, config: str = "train"):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name=config, overrides=list(overrides))
+
+
+@pytest.fixture
+def small_cfg(tmp_path):
+    """compose(*overrides) with the small test settings and runs under tmp_path."""
+
+    def make(*overrides: str):
+        stage = [] if any(o.startswith("stage=") for o in overrides) else SCRATCH_SMALL
+        return compose_cfg(*SMALL, *stage, f"run.root={tmp_path / 'runs'}", *overrides)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm():
+    """The default tiny VLM (untrained), built from the default config."""
+    from vlm.model import build_vlm
+
+    torch.manual_seed(0)
+    return build_vlm(compose_cfg())

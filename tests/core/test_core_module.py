@@ -1,0 +1,62 @@
+"""TrainModule optimisation: weight-decay groups, per-part learning rates, warmup + cosine schedule."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from core.module import TrainModule, optimizer_groups
+
+
+class TwoParts(TrainModule):
+    def parts(self):
+        return {"a": self.model[0], "b": self.model[1]}
+
+    def compute_loss(self, batch):
+        return self.model(batch).pow(2).mean()
+
+
+def make(trainable=("a", "b"), **optim):
+    model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.LayerNorm(4), nn.Linear(4, 2)))
+    phase = {"name": "p", "trainable": list(trainable), "optim": {"lr": 1.0, "weight_decay": 0.1, **optim}}
+    return TwoParts(model, phase, total_steps=100)
+
+
+def test_no_decay_on_biases_and_norms_and_lr_scale_per_part():
+    module = make(lr_scale={"b": 0.1})
+    groups = {g["name"]: g for g in optimizer_groups(module.parts(), module.trainable, module.optim)}
+    assert {id(p) for p in groups["a/decay"]["params"]} == {id(module.model[0].weight)}
+    assert {id(p) for p in groups["a/no_decay"]["params"]} == {id(module.model[0].bias)}
+    norm, lin = module.model[1]
+    assert {id(p) for p in groups["b/no_decay"]["params"]} == {id(norm.weight), id(norm.bias), id(lin.bias)}
+    assert groups["a/decay"]["weight_decay"] == 0.1 and groups["b/no_decay"]["weight_decay"] == 0.0
+    assert groups["a/decay"]["lr"] == 1.0 and groups["b/decay"]["lr"] == pytest.approx(0.1)
+
+
+def test_frozen_part_has_no_grad_and_is_not_optimised():
+    module = make(trainable=("b",))
+    assert not any(p.requires_grad for p in module.model[0].parameters())
+    assert not module.model[0].training and module.model[1].training
+    names = [g["name"] for g in optimizer_groups(module.parts(), module.trainable, module.optim)]
+    assert names == ["b/decay", "b/no_decay"]
+
+
+def test_unknown_trainable_part_is_an_error():
+    with pytest.raises(ValueError, match="not parts of this model"):
+        make(trainable=("a", "vision"))
+
+
+def test_linear_warmup_then_cosine():
+    module = make(warmup_ratio=0.1)
+    conf = module.configure_optimizers()
+    opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+    lrs = []
+    for _ in range(100):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[0] == 0.0 and lrs[5] == pytest.approx(0.5) and lrs[10] == pytest.approx(1.0)
+    progress = (55 - 10) / 90
+    assert lrs[55] == pytest.approx(0.5 * (1 + math.cos(math.pi * progress)))
+    assert lrs[99] < 0.01
