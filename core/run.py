@@ -3,7 +3,8 @@
 A run lives in `<run.root>/<run.name>/`: `config.yaml` (the resolved config),
 `checkpoints/last.ckpt`, `metrics.csv`, `model.safetensors` (the weights after
 the latest finished phase), `progress.json` (finished phases) and
-`results.json`. `run.name` defaults to a name made of the main config choices
+`results.json` (`train`: final training figures and data counts; top level:
+the latest evaluation's metrics; `benchmarks`: every evaluation by name). `run.name` defaults to a name made of the main config choices
 plus a hash of the whole resolved config, so the same command finds its own
 directory again and resumes from `last.ckpt`, while a different command never
 reuses another run's directory.
@@ -203,7 +204,7 @@ def train(cfg: DictConfig) -> dict:
         results.update({f"{phase.name}/{k}": v for k, v in datamodule.report().items()})
         for logger in loggers:
             logger.finalize("success")
-    results.update(update_results(run_dir, {k: v for k, v in results.items() if k != "run_dir"}))
+    update_results(run_dir, {"train": {k: v for k, v in results.items() if k != "run_dir"}})
     print_report(results, title=f"run {name}")
     return results
 
@@ -215,7 +216,10 @@ def evaluate(cfg: DictConfig) -> dict:
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml); pass run=runs/NAME")
     benchmark = instantiate(cfg.benchmark, _recursive_=False)
     metrics = benchmark(run_dir, cfg)
-    update_results(run_dir, metrics)
+    previous = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").exists() else {}
+    # top level: the latest evaluation's metrics (flat); `benchmarks`: every benchmark evaluated so far
+    update_results(run_dir, {**metrics, "benchmark": cfg.benchmark.name,
+                             "benchmarks": {**previous.get("benchmarks", {}), cfg.benchmark.name: metrics}})
     print_report(metrics, title=f"{cfg.benchmark.name} on {run_dir}")
     return metrics
 

@@ -105,6 +105,37 @@ class VLM(nn.Module):
         return [text.strip() for text in tok.batch_decode(out, skip_special_tokens=True)]
 
 
+    @torch.no_grad()
+    def score(self, images, prompts, options: list[list[str]], batch_size: int = 32) -> list[list[float]]:
+        """Probabilities over each item's answer options (normalised over its options).
+
+        An option's score is the log-likelihood of the complete assistant answer (its tokens and the
+        end-of-turn token, exactly as the answer would be trained) after the prompt."""
+        from vlm.dataset import Collator  # the training collator pads rows the same way
+
+        device = next(self.parameters()).device
+        rows, owners = [], []
+        for item, (image, prompt, opts) in enumerate(zip(images, prompts, options, strict=True)):
+            pixels = self.encoder.transform(image) if image is not None else None
+            for opt in opts:
+                ids, labels = self.prompt_format.build([("human", prompt), ("gpt", opt)])
+                rows.append({"input_ids": ids, "labels": labels, "pixel_values": pixels})
+                owners.append(item)
+        collate = Collator(self.tokenizer.pad_token_id)
+        loglik = []
+        for start in range(0, len(rows), batch_size):
+            batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in collate(rows[start : start + batch_size]).items()}
+            embeds, mask, labels = self.splice(batch["input_ids"], batch["attention_mask"], batch["labels"], batch["pixel_values"], batch["image_mask"])
+            logits = self.backbone(inputs_embeds=embeds, attention_mask=mask).logits.float()
+            targets = labels[:, 1:]
+            logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, targets.clamp(min=0)[..., None])[..., 0]
+            loglik += (logp * (targets != IGNORE_INDEX)).sum(1).tolist()
+        out: list[list[float]] = [[] for _ in prompts]
+        for owner, value in zip(owners, loglik):
+            out[owner].append(value)
+        return [torch.softmax(torch.tensor(v), 0).tolist() for v in out]
+
+
 def build_vlm(cfg) -> VLM:
     """Encoder, backbone and projector from the run config (`cfg.encoder`, `cfg.backbone`, `cfg.projector`)."""
     encoder = build_component(cfg.encoder)

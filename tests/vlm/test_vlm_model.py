@@ -92,3 +92,22 @@ def test_generate_with_kv_cache_equals_full_recompute(tiny_vlm):
         expected = [greedy_without_cache(model, im, p, 6) for im, p in zip(images, prompts)]
     assert batched == expected
     assert any(batched)  # something was generated
+
+
+def test_score_equals_normalised_likelihood_of_each_full_answer(tiny_vlm):
+    model = copy.deepcopy(tiny_vlm).eval()
+    image = Image.new("RGB", (64, 64), (255, 0, 0))
+    prompt, options = "What is the shape of the red object?", ["circle", "square", "a red circle"]
+    (probs,) = model.score([image], [prompt], [options])
+    pixels = model.encoder.transform(image).unsqueeze(0)
+    logliks = []
+    with torch.no_grad():
+        for opt in options:  # reference: one unpadded sequence at a time, summing log p over the answer tokens
+            ids, labels = model.prompt_format.build([("human", prompt), ("gpt", opt)])
+            out = model(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long), labels=torch.tensor([labels]),
+                        pixel_values=pixels, image_mask=torch.tensor([True]))
+            n_targets = sum(label != IGNORE_INDEX for label in labels)
+            logliks.append(-out.loss.item() * n_targets)  # HF loss is the mean over the answer tokens
+    expected = torch.softmax(torch.tensor(logliks), 0)
+    torch.testing.assert_close(torch.tensor(probs), expected, atol=1e-5, rtol=1e-4)
+    assert abs(sum(probs) - 1) < 1e-6
