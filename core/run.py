@@ -171,6 +171,8 @@ def train(cfg: DictConfig) -> dict:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     task = instantiate(cfg.task, _recursive_=False)
     model = task.build_model(cfg)
+    if cfg.get("init_from") and not progress["completed"] and not last_ckpt.exists():
+        load_model(model, str(Path(cfg.init_from) / "model.safetensors"))  # start from another run's weights
     results: dict = {"run_dir": str(run_dir)}
     step_offset = 0
     for index, phase in enumerate(cfg.stage.phases.values()):

@@ -1,0 +1,48 @@
+"""`scripts/report.py`: a markdown table of each benchmark's main metric per run, and a PNG bar chart."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+import report  # noqa: E402
+
+
+def make_run(root: Path, name: str, benchmarks: dict | None) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text("{}\n")
+    results = {"train": {"scratch/train_loss": 1.0}}
+    if benchmarks is not None:
+        results["benchmarks"] = benchmarks
+    (d / "results.json").write_text(json.dumps(results))
+    return d
+
+
+def test_report_table_and_chart(tmp_path):
+    a = make_run(tmp_path / "runs", "a", {"vqav2": {"accuracy": 61.234, "n": 10},
+                                          "pope": {"accuracy": 80.0, "f1": 85.5, "per_split": {}}})
+    b = make_run(tmp_path / "runs", "b", {"vqav2": {"accuracy": 70.0}, "gqa": {"accuracy": 55.5}})
+    c = make_run(tmp_path / "runs", "c", None)  # trained, never evaluated
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "scripts/report.py", str(a), str(b), str(c), "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    table = (out / "report.md").read_text()
+    assert proc.stdout == table
+    lines = table.strip().splitlines()
+    assert lines[0] == "| benchmark (metric) | a | b | c |"
+    assert lines[2:] == ["| gqa (accuracy) |  | 55.50 |  |",
+                         "| pope (f1) | 85.50 |  |  |",
+                         "| vqav2 (accuracy) | 61.23 | 70.00 |  |"]
+    png = (out / "report.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
+
+
+def test_report_skips_what_is_not_a_run(tmp_path, capsys):
+    a = make_run(tmp_path, "a", {"vqav2": {"accuracy": 50.0}})
+    (tmp_path / "notes.txt").write_text("x")
+    assert report.main([str(a), str(tmp_path / "notes.txt"), "--out", str(tmp_path / "o")]) == 0
+    captured = capsys.readouterr()
+    assert "notes.txt" in captured.err and "| vqav2 (accuracy) | 50.00 |" in captured.out

@@ -1,0 +1,323 @@
+"""Benchmark runners end to end: fixtures in each benchmark's published layout under `benchmark.root`,
+answered by an oracle stand-in for the model (exact metrics) and by a tiny trained run (the real path:
+`evaluate` writes results.json), plus the resumable predictions log."""
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+import vlm
+from core.run import evaluate, train
+from eval.runner import Item, read_log
+from tests.conftest import SCRATCH_SMALL, SMALL, compose_cfg
+
+
+def write(path: Path, obj) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj))
+    return path
+
+
+def write_jsonl(path: Path, records) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def image(path: Path, colour=(200, 30, 30)) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (24, 16), colour).save(path)
+
+
+# --------------------------------------------------------------------- fixtures in the official layouts
+# Each builder writes its files under `root` and returns {first prompt line: correct answer/option}.
+def make_vqav2(root: Path) -> dict:
+    qs = [(10, 1, "What color is the car?", "red"), (11, 1, "How many dogs?", "2"), (12, 2, "Is it sunny?", "yes")]
+    write(root / "vqav2/v2_OpenEnded_mscoco_val2014_questions.json",
+          {"questions": [{"image_id": i, "question": q, "question_id": qid} for qid, i, q, _ in qs]})
+    write(root / "vqav2/v2_mscoco_val2014_annotations.json", {"annotations": [
+        {"question_id": qid, "image_id": i, "answer_type": "other", "question_type": "what",
+         "answers": [{"answer": a, "answer_id": k + 1} for k in range(10)]} for qid, i, _, a in qs]})
+    for i in (1, 2):
+        image(root / f"vqav2/val2014/COCO_val2014_{i:012d}.jpg")
+    return {q: a for _, _, q, a in qs}
+
+
+def make_textvqa(root: Path) -> dict:
+    data = [{"question_id": 5, "question": "What brand?", "image_id": "abc1", "answers": ["nike"] * 10},
+            {"question_id": 6, "question": "What number?", "image_id": "abc2", "answers": ["7"] * 10}]
+    write(root / "textvqa/TextVQA_0.5.1_val.json", {"data": data})
+    for d in data:
+        image(root / f"textvqa/train_images/{d['image_id']}.jpg")
+    return {d["question"]: d["answers"][0] for d in data}
+
+
+def make_vizwiz(root: Path) -> dict:
+    data = [{"image": f"VizWiz_val_0000000{k}.jpg", "question": q, "answer_type": "other", "answerable": 1,
+             "answers": [{"answer": a, "answer_confidence": "yes"}] * 10}
+            for k, (q, a) in enumerate([("What is this?", "soup"), ("What colour is the shirt?", "blue")])]
+    write(root / "vizwiz/val.json", data)
+    for d in data:
+        image(root / "vizwiz/val" / d["image"])
+    return {d["question"]: d["answers"][0]["answer"] for d in data}
+
+
+def make_gqa(root: Path) -> dict:
+    data = {"201": {"imageId": "n1", "question": "Is the cup white?", "answer": "yes",
+                    "types": {"structural": "verify", "semantic": "attr"}},
+            "202": {"imageId": "n2", "question": "Which side is the cat on?", "answer": "left",
+                    "types": {"structural": "query", "semantic": "rel"}}}
+    write(root / "gqa/testdev_balanced_questions.json", data)
+    for q in data.values():
+        image(root / f"gqa/images/{q['imageId']}.jpg")
+    return {q["question"]: q["answer"] for q in data.values()}
+
+
+def make_tallyqa(root: Path) -> dict:
+    data = [{"question_id": 1, "image": "VG_100K/1.jpg", "question": "How many cats?", "answer": 3, "issimple": True},
+            {"question_id": 2, "image": "val2014/COCO_val2014_000000000002.jpg", "question": "How many red cars?",
+             "answer": 0, "issimple": False}]
+    write(root / "tallyqa/test.json", data)
+    for d in data:
+        image(root / "tallyqa/images" / d["image"])
+    return {d["question"]: str(d["answer"]) for d in data}
+
+
+def make_pope(root: Path) -> dict:
+    oracle = {}
+    for split, things in (("random", ["dog", "cat", "car"]), ("popular", ["bus"]), ("adversarial", ["cup", "tie"])):
+        recs = [{"question_id": k + 1, "image": f"COCO_val2014_00000000000{k}.jpg", "text": f"Is there a {t} in the image?",
+                 "label": "yes" if k % 2 == 0 else "no"} for k, t in enumerate(things)]
+        write_jsonl(root / f"pope/coco/coco_pope_{split}.json", recs)
+        for r in recs:
+            image(root / "pope/val2014" / r["image"])
+            oracle[r["text"]] = r["label"]
+    return oracle
+
+
+def make_vsr(root: Path) -> dict:
+    recs = [{"image": "000000000001.jpg", "caption": "The cat is on the bed.", "label": 1, "relation": "on"},
+            {"image": "000000000002.jpg", "caption": "The dog is under the car.", "label": 0, "relation": "under"},
+            {"image": "000000000001.jpg", "caption": "The bed is under the cat.", "label": 1, "relation": "under"}]
+    write_jsonl(root / "vsr/random/test.jsonl", recs)
+    for r in recs:
+        image(root / "vsr/images" / r["image"])
+    return {f"Is the following statement about the image true? {r['caption']}": "yes" if r["label"] else "no" for r in recs}
+
+
+def make_ai2d(root: Path) -> dict:
+    docs = {"1.png": {"What eats grass?": ("1.png-0", ["lion", "cow", "A", "sun"], 1),
+                      "Which label is the sun?": ("1.png-1", ["A", "B", "C", "D"], 2)},
+            "2.png": {"What is D?": ("2.png-0", ["leaf", "root"], 0)},
+            "3.png": {"Not in the test set?": ("3.png-0", ["x", "y"], 1)}}
+    for name, qs in docs.items():
+        write(root / f"ai2d/questions/{name}.json", {"imageName": name, "questions": {
+            t: {"questionId": qid, "answerTexts": opts, "correctAnswer": c, "abcLabel": False} for t, (qid, opts, c) in qs.items()}})
+        image(root / "ai2d/images" / name)
+    (root / "ai2d/ai2d_test_ids.csv").write_text("1\n2\n")
+    return {t: "ABCD"[c] for name, qs in docs.items() if name != "3.png" for t, (_, _, c) in qs.items()}
+
+
+def make_scienceqa(root: Path) -> dict:
+    problems = {"p1": {"question": "Which is a mammal?", "choices": ["trout", "whale"], "answer": 1, "hint": "",
+                       "image": "image.png", "subject": "natural science", "split": "test"},
+                "p2": {"question": "Which word is a noun?", "choices": ["run", "table", "blue"], "answer": 1,
+                       "hint": "Read the words.", "image": None, "subject": "language science", "split": "test"},
+                "p3": {"question": "Train question?", "choices": ["a", "b"], "answer": 0, "hint": "", "image": None,
+                       "subject": "social science", "split": "train"}}
+    write(root / "scienceqa/problems.json", problems)
+    write(root / "scienceqa/pid_splits.json", {"test": ["p1", "p2"], "train": ["p3"]})
+    image(root / "scienceqa/images/test/p1/image.png")
+    return {"Which is a mammal?": "B", "Context: Read the words.": "B"}
+
+
+def make_refcoco(root: Path) -> dict:
+    refs = [{"ref_id": 1, "ann_id": 100, "image_id": 7, "split": "val",
+             "sentences": [{"sent_id": 11, "sent": "the left dog"}, {"sent_id": 12, "sent": "dog on the left"}]},
+            {"ref_id": 2, "ann_id": 101, "image_id": 7, "split": "testA", "sentences": [{"sent_id": 13, "sent": "man"}]}]
+    (root / "refer/refcoco").mkdir(parents=True, exist_ok=True)
+    (root / "refer/refcoco/refs(unc).p").write_bytes(pickle.dumps(refs, protocol=2))  # as REFER ships it
+    write(root / "refer/refcoco/instances.json", {
+        "images": [{"id": 7, "width": 100, "height": 200, "file_name": "COCO_train2014_000000000007.jpg"}],
+        "annotations": [{"id": 100, "bbox": [10, 20, 40, 80]}, {"id": 101, "bbox": [0, 0, 10, 10]}]})
+    image(root / "refer/images/mscoco/images/train2014/COCO_train2014_000000000007.jpg")
+    prompt = "Please provide the bounding box coordinate of the region this sentence describes: "
+    return {prompt + "the left dog": "[0.1, 0.1, 0.5, 0.5]", prompt + "dog on the left": "[0.9, 0.9, 1.0, 1.0]"}
+
+
+BUILDERS = {"vqav2": make_vqav2, "textvqa": make_textvqa, "vizwiz": make_vizwiz, "gqa": make_gqa,
+            "tallyqa": make_tallyqa, "pope": make_pope, "vsr": make_vsr, "ai2d": make_ai2d,
+            "scienceqa": make_scienceqa, "refcoco": make_refcoco}
+
+
+class Oracle:
+    """Stands in for the VLM: answers from {first prompt line: answer}, counts the items it was asked."""
+
+    def __init__(self, answers: dict):
+        self.answers, self.asked, self.prompts = answers, 0, []
+
+    def _key(self, images, prompts):
+        assert all(im is None or isinstance(im, Image.Image) for im in images)
+        self.asked += len(prompts)
+        self.prompts += prompts
+        return [p.split("\n")[0] for p in prompts]
+
+    def generate(self, images, prompts, max_new_tokens=32, do_sample=False):
+        assert do_sample is False
+        return [self.answers[k] for k in self._key(images, prompts)]
+
+    def score(self, images, prompts, options, batch_size=32):
+        return [[1.0 if o == self.answers[k] else 0.0 for o in opts] for k, opts in zip(self._key(images, prompts), options)]
+
+
+@pytest.fixture
+def bench_run(tmp_path, monkeypatch):
+    """(run_dir, evaluate-with-an-oracle) for a fake run directory."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("{}\n")
+
+    def run(name, root, answers, *overrides, config_name=None):
+        oracle = Oracle(answers)
+        monkeypatch.setattr(vlm, "load", lambda *a, **k: oracle)
+        cfg = compose_cfg(f"run={run_dir}", f"benchmark={config_name or name}", f"benchmark.root={root}", *overrides,
+                          config="eval")
+        return evaluate(cfg), oracle
+
+    return run_dir, run
+
+
+# (benchmark, items in the fixture, expected metrics with a correct oracle)
+CASES = [
+    ("vqav2", 3, {"accuracy": 100.0, "n": 3}), ("textvqa", 2, {"accuracy": 100.0}), ("vizwiz", 2, {"accuracy": 100.0}),
+    ("gqa", 2, {"accuracy": 100.0}), ("tallyqa", 2, {"accuracy_simple": 100.0, "accuracy_complex": 100.0}),
+    ("pope", 6, {"accuracy": 100.0, "f1": 100.0, "n": 6}), ("vsr", 3, {"accuracy": 100.0}),
+    ("ai2d", 3, {"accuracy": 100.0, "n": 3}), ("scienceqa", 2, {"accuracy": 100.0, "accuracy_img": 100.0}),
+    ("refcoco", 2, {"accuracy": 50.0, "n": 2, "unparsed": 0}),
+]
+
+
+@pytest.mark.parametrize("name, total, expected", CASES, ids=[c[0] for c in CASES])
+def test_runner_reads_the_official_layout_and_scores(name, total, expected, bench_run, tmp_path):
+    run_dir, run = bench_run
+    answers = BUILDERS[name](tmp_path / "bench")
+    metrics, oracle = run(name, tmp_path / "bench", answers)
+    assert oracle.asked == total and metrics["n"] == total and metrics["missing"] == 0
+    for key, value in expected.items():
+        assert metrics[key] == value, (key, metrics)
+    assert json.loads((run_dir / "results.json").read_text())["benchmarks"][name] == metrics
+    official = json.loads((run_dir / "predictions" / f"{name}.json").read_text())
+    assert len(official) == total
+    # a second evaluation answers nothing again: everything is in the log
+    metrics2, oracle2 = run(name, tmp_path / "bench", answers)
+    assert oracle2.asked == 0 and metrics2 == metrics
+
+
+@pytest.mark.parametrize("name", ["vqav2", "pope", "ai2d", "scienceqa", "refcoco", "vsr"])
+def test_limit_scores_only_the_items_asked(name, bench_run, tmp_path):
+    _, run = bench_run
+    answers = BUILDERS[name](tmp_path / "bench")
+    metrics, oracle = run(name, tmp_path / "bench", answers, "limit=1")
+    assert oracle.asked == 1 and metrics["n"] == 1 and metrics["missing"] == 0
+
+
+def test_prompts_follow_the_conventions(bench_run, tmp_path):
+    _, run = bench_run
+    _, oracle = run("vqav2", tmp_path / "b", make_vqav2(tmp_path / "b"), "limit=1")
+    assert oracle.prompts == ["What color is the car?\nAnswer the question using a single word or phrase."]
+    _, oracle = run("scienceqa", tmp_path / "b", make_scienceqa(tmp_path / "b"))
+    assert oracle.prompts[1] == ("Context: Read the words.\nWhich word is a noun?\nA. run\nB. table\nC. blue\n"
+                                 "Answer with the option's letter from the given choices directly.")
+
+
+def test_multiple_choice_writes_option_indices(bench_run, tmp_path):
+    run_dir, run = bench_run
+    run("ai2d", tmp_path / "b", make_ai2d(tmp_path / "b"))
+    official = json.loads((run_dir / "predictions" / "ai2d.json").read_text())
+    assert [p["answer"] for p in official] == [1, 2, 0]  # index, even where an option text is a letter
+    log = [json.loads(line) for line in (run_dir / "predictions" / "ai2d.jsonl").read_text().splitlines()]
+    assert "_meta" in log[0] and log[1]["probs"] == [0.0, 1.0, 0.0, 0.0]
+
+
+def test_missing_root_and_missing_files_are_clear(bench_run, tmp_path):
+    _, run = bench_run
+    with pytest.raises(FileNotFoundError, match="vqav2/v2_OpenEnded_mscoco_val2014_questions.json"):
+        run("vqav2", tmp_path / "empty", {})
+    answers = make_gqa(tmp_path / "b")
+    (tmp_path / "b/gqa/images/n1.jpg").unlink()
+    with pytest.raises(FileNotFoundError, match="n1.jpg"):
+        run("gqa", tmp_path / "b", answers)
+
+
+# --------------------------------------------------------------------- the predictions log
+def test_log_keeps_a_clean_prefix_and_starts_over_on_other_settings(tmp_path):
+    log, meta = tmp_path / "x.jsonl", {"benchmark": "x", "settings": "s1", "weights": "w"}
+    assert read_log(log, meta) == {} and log.read_text().count("\n") == 1
+    with open(log, "a") as f:
+        f.write(json.dumps({"id": "a", "answer": "1"}) + "\n" + json.dumps({"id": "b", "answer": "2"}) + "\n" + '{"id": "c", "ans')
+    assert sorted(read_log(log, meta)) == ["a", "b"]
+    assert all(json.loads(line) for line in log.read_text().splitlines()) and log.read_text().endswith("\n")
+    assert read_log(log, {**meta, "weights": "other"}) == {}
+    assert len(log.read_text().splitlines()) == 1
+    log.write_text('{"id": "a", "answer": "1"}\nnot json\n{"id": "b", "answer": "2"}\n')
+    with pytest.raises(ValueError, match="line 2"):
+        read_log(log, meta)
+
+
+# --------------------------------------------------------------------- a tiny trained run, for real
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("evalruns")
+    cfg = compose_cfg(*SMALL, *SCRATCH_SMALL, f"run.root={root}", "trainer.max_steps=2", "run.name=tiny")
+    train(cfg)
+    return root / "tiny"
+
+
+def test_tiny_run_on_the_embedded_benchmark(tiny_run):
+    metrics = evaluate(compose_cfg(f"run={tiny_run}", "limit=5", "batch_size=2", config="eval"))
+    assert metrics["n"] == 5 and 0.0 <= metrics["accuracy"] <= 100.0
+    assert {"accuracy_relational", "accuracy_non_relational"} <= set(metrics)
+    assert any(k.startswith("accuracy_") and k not in ("accuracy_relational", "accuracy_non_relational") for k in metrics)
+    preds = json.loads((tiny_run / "predictions" / "sort_of_clevr.json").read_text())
+    assert len(preds) == 5 and all(isinstance(p["answer"], str) for p in preds)
+
+
+def test_tiny_run_on_vqav2_and_pope(tiny_run, tmp_path):
+    make_vqav2(tmp_path)
+    make_pope(tmp_path)
+    m = evaluate(compose_cfg(f"run={tiny_run}", "benchmark=vqav2", f"benchmark.root={tmp_path}", "benchmark.max_new_tokens=4",
+                             config="eval"))
+    results = json.loads((tiny_run / "results.json").read_text())
+    assert results["benchmarks"]["vqav2"]["accuracy"] == m["accuracy"] and m["n"] == 3
+    assert len(json.loads((tiny_run / "predictions" / "vqav2.json").read_text())) == 3
+    p = evaluate(compose_cfg(f"run={tiny_run}", "benchmark=pope", f"benchmark.root={tmp_path}", config="eval"))
+    assert p["n"] == 6 and set(p["per_split"]) == {"random", "popular", "adversarial"}
+    assert {r["answer"] for r in json.loads((tiny_run / "predictions" / "pope.json").read_text())} <= {"yes", "no"}
+    results = json.loads((tiny_run / "results.json").read_text())
+    assert set(results["benchmarks"]) >= {"vqav2", "pope"} and results["benchmarks"]["pope"]["f1"] == p["f1"]
+
+
+def test_tiny_run_resumes_a_partial_predictions_file(tiny_run, tmp_path, monkeypatch):
+    base = ["benchmark=sort_of_clevr", "batch_size=3"]
+    (tiny_run / "predictions" / "sort_of_clevr.jsonl").unlink(missing_ok=True)  # other tests share the run
+    evaluate(compose_cfg(f"run={tiny_run}", *base, "limit=4", config="eval"))  # the first 4 answered
+    log = tiny_run / "predictions" / "sort_of_clevr.jsonl"
+    with open(log, "a") as f:
+        f.write('{"id": "999", "answ')  # a crash mid-write
+    asked = []
+    real_load = vlm.load
+
+    def load(*args, **kwargs):
+        model = real_load(*args, **kwargs)
+        generate = model.generate
+        model.generate = lambda images, prompts, **kw: asked.extend(prompts) or generate(images, prompts, **kw)
+        return model
+
+    monkeypatch.setattr(vlm, "load", load)
+    metrics = evaluate(compose_cfg(f"run={tiny_run}", *base, "limit=9", config="eval"))
+    assert len(asked) == 5 and metrics["n"] == 9
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    ids = [r["id"] for r in records if "_meta" not in r]
+    assert len(ids) == len(set(ids)) >= 9 and "999" not in ids
