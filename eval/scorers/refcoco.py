@@ -2,7 +2,7 @@
 the predicted box and the ground-truth box is >= 0.5.
 
 Annotations: the REFER release, ``refs(unc).p`` / ``refs(umd).p`` / ``refs(google).p`` (a Python
-pickle -- only load files you trust -- or the same list saved as JSON) with ``instances.json`` of that
+pickle, read as plain data only -- class references are refused -- or the same list saved as JSON) with ``instances.json`` of that
 release as ``--questions`` (boxes and image sizes). Without ``--questions`` each ref must carry
 "bbox" ([x, y, w, h], pixels) and, for normalised predictions, "width"/"height".
 One scored item per sentence; prediction ids are ``sent_id`` (key "sent_id" or "question_id").
@@ -43,13 +43,21 @@ def iou(a: list[float], b: list[float]) -> float:
     return inter / union if union > 0 else 0.0
 
 
+class _PlainDataUnpickler(pickle.Unpickler):
+    """Unpickles plain data only (lists, dicts, strings, numbers): any class or function reference is
+    refused, so a crafted file cannot run code. The released refs(unc).p holds plain data only."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}: only plain data is accepted")
+
+
 def _load_refs(path) -> list:
     path = Path(path)
     if path.suffix in (".p", ".pkl", ".pickle"):
         require(path.is_file(), path, "refs file not found. Fix: pass e.g. refcoco/refs(unc).p.")
         try:
             with open(path, "rb") as f:
-                return pickle.load(f, encoding="latin1")
+                return _PlainDataUnpickler(f, encoding="latin1").load()
         except Exception as err:  # noqa: BLE001 -- any unpickling failure is an input problem
             raise ScoringError(f"{path}: cannot read the refs pickle ({err}). Fix: pass refs(unc).p as released.") from None
     return read_json(path, "annotations file")

@@ -275,3 +275,23 @@ def test_sort_of_clevr_empty_answer_and_malformed(soc_files, tmp_path):
     bad.write_text('[{"id": 0, "answer": "red"}')
     with pytest.raises(ScoringError, match=r"trunc\.json.*not valid JSON.*line 1, column 28"):
         SCORERS["sort_of_clevr"](str(bad), test)
+
+
+def test_refcoco_refs_pickle_with_code_is_refused(tmp_path):
+    import os
+    import pickle
+
+    from eval.scorers import ScoringError
+    from eval.scorers.refcoco import score_refcoco
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    refs = tmp_path / "refs(unc).p"
+    refs.write_bytes(pickle.dumps([Evil()]))
+    (tmp_path / "pred.json").write_text("[]")
+    import pytest
+
+    with pytest.raises(ScoringError, match="refusing to load"):
+        score_refcoco(tmp_path / "pred.json", refs)
