@@ -1,8 +1,12 @@
 """Checkpoint files that survive crashes.
 
-`AtomicCheckpointIO` writes every checkpoint to a temporary file and renames it
-into place, so a kill during a write leaves the previous checkpoint intact.
-`peek` reads a checkpoint's small bookkeeping entries without unpickling code.
+`AtomicCheckpointIO` writes every checkpoint to a temporary file, syncs it to
+disk and renames it into place, so a kill during a write leaves the previous
+checkpoint intact (and a stray `*.tmp`, which `remove_stray_tmp` clears).
+`resume_checkpoint` picks what a restarted run continues from: `last.ckpt`, or
+when that cannot be read, the newest readable `step=N.ckpt`. `peek` reads a
+checkpoint's small bookkeeping entries without unpickling code (for an FSDP
+sharded checkpoint, a directory, from its `meta.pt`).
 """
 
 from __future__ import annotations
@@ -20,12 +24,18 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
         super().save_checkpoint(checkpoint, tmp, storage_options)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
         os.replace(tmp, path)
 
 
 def peek(path: Path) -> dict:
     """The checkpoint's phase, global step and data position (weights_only load, memory-mapped)."""
-    ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    path = Path(path)
+    if path.is_dir():  # FSDP sharded checkpoint: metadata next to the shards
+        ckpt = torch.load(path / "meta.pt", map_location="cpu", weights_only=True)
+    else:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     return {"phase": ckpt.get("phase"), "global_step": ckpt.get("global_step", 0), "consumed_batches": ckpt.get("consumed_batches", 0)}
 
 
@@ -34,3 +44,30 @@ def save_weights_atomic(model: torch.nn.Module, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     save_model(model, str(tmp))
     os.replace(tmp, path)
+
+
+def step_of(path: Path) -> int:
+    """`step=12.ckpt` -> 12 (-1 for other names)."""
+    stem = Path(path).name.removesuffix(".ckpt")
+    return int(stem.split("=", 1)[1]) if stem.startswith("step=") and stem.split("=", 1)[1].isdigit() else -1
+
+
+def resume_checkpoint(ckpt_dir: Path) -> Path | None:
+    """`last.ckpt` if it can be read, else the newest readable `step=N.ckpt`, else None."""
+    ckpt_dir = Path(ckpt_dir)
+    steps = sorted((p for p in ckpt_dir.glob("step=*.ckpt") if step_of(p) >= 0), key=step_of, reverse=True)
+    for path in [ckpt_dir / "last.ckpt", *steps]:
+        if not path.exists():
+            continue
+        try:
+            peek(path)
+            return path
+        except Exception as err:  # a truncated or corrupt file: fall back to an older checkpoint
+            print(f"checkpoint {path} cannot be read ({type(err).__name__}); trying an older one")
+    return None
+
+
+def remove_stray_tmp(ckpt_dir: Path) -> None:
+    """Delete the `*.tmp` files an interrupted write left behind."""
+    for tmp in Path(ckpt_dir).glob("*.tmp"):
+        tmp.unlink(missing_ok=True)

@@ -1,4 +1,6 @@
-"""Loggers of a run: a CSV file that survives restarts, and MLflow that continues its run.
+"""Loggers of a run: a CSV file that survives restarts, MLflow that continues its run (any tracking
+URI: the local sqlite file by default, or a server `http://host:5000`), and by name TensorBoard and
+Weights & Biases (offline by default). `log_artifacts` attaches config.yaml / results.json at the end.
 
 `metrics.csv` keeps the rows written before the checkpoint a run resumes from
 and drops those logged after it (they are about to be recomputed). Steps of
@@ -68,3 +70,49 @@ def mlflow_logger(run_dir: Path, tracking_uri: str, experiment_name: str, run_na
         id_file.write_text(logger.run_id)
         logger.log_hyperparams(params)
     return logger
+
+
+def optional_loggers(logger_cfg, run_dir: Path, run_name: str, params: dict) -> list:
+    """TensorBoard (`logger=tensorboard`) and Weights & Biases (`logger=wandb`, offline unless WANDB_MODE says
+    otherwise) loggers, when the config names them; a clear error when their package is missing."""
+    out = []
+    if logger_cfg.get("tensorboard") is not None:
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        _require("tensorboard", "tensorboardX", "tensorboard")
+        tb = TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version="", default_hp_metric=False)
+        out.append(tb)
+    wandb_cfg = logger_cfg.get("wandb")
+    if wandb_cfg is not None:
+        from lightning.pytorch.loggers import WandbLogger
+
+        _require("wandb", "wandb")
+        os.environ.setdefault("WANDB_MODE", str(wandb_cfg.get("mode") or "offline"))
+        id_file = run_dir / "wandb_run_id"  # the same run continues after a restart
+        run_id = id_file.read_text().strip() if id_file.exists() else None
+        wb = WandbLogger(project=wandb_cfg.get("project", "refract"), name=run_name, save_dir=str(run_dir),
+                         id=run_id, resume="allow" if run_id else None)
+        if run_id is None:
+            id_file.write_text(wb.experiment.id)
+            wb.log_hyperparams(params)
+        out.append(wb)
+    return out
+
+
+def _require(logger: str, *modules: str) -> None:
+    import importlib.util
+
+    if not any(importlib.util.find_spec(m) for m in modules):
+        raise ImportError(f"logger={logger} needs the {modules[-1]} package: pip install -e \".[{logger}]\"")
+
+
+def log_artifacts(loggers: list, paths: list[Path]) -> None:
+    """Files (config.yaml, results.json, plots) attached to the tracked run (MLflow and W&B)."""
+    for logger in loggers:
+        for path in paths:
+            if not Path(path).exists():
+                continue
+            if isinstance(logger, MLFlowLogger):
+                logger.experiment.log_artifact(logger.run_id, str(path))
+            elif type(logger).__name__ == "WandbLogger":
+                logger.experiment.save(str(path), base_path=str(Path(path).parent), policy="now")

@@ -4,8 +4,15 @@
 actions: AdamW with no weight decay on biases and norm weights, per-part
 learning-rate scales, linear warmup (by ratio) then cosine decay, the count of
 micro-batches consumed (the data position a resumed run continues from) and the
-RNG states stored in every checkpoint. Subclasses implement `compute_loss` and
-`parts` (the named sub-modules that a phase may train or freeze).
+RNG states stored in every checkpoint (one set per rank under DDP). Subclasses
+implement `compute_loss` and `parts` (the named sub-modules that a phase may
+train or freeze), and may implement `batch_tokens` / `batch_flops` (what the
+throughput callback counts; see core/throughput.py).
+
+`train/loss` is logged once per optimizer step: the mean of the step's
+micro-batch losses over gradient accumulation and over ranks, i.e. the loss of
+the global batch, the same figure whether it was split over processes or
+accumulated in one.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ class TrainModule(L.LightningModule):
         self.trainable = list(phase["trainable"])
         self.total_steps = int(total_steps)
         self.consumed_batches = 0  # micro-batches taken from the data stream; restored on resume
+        self._step_losses: list[torch.Tensor] = []
         self.apply_trainable()
         self.train()  # Lightning keeps modules in the mode they come in (HF loads models in eval mode)
 
@@ -42,6 +50,21 @@ class TrainModule(L.LightningModule):
 
     def compute_loss(self, batch) -> torch.Tensor:
         raise NotImplementedError
+
+    def batch_tokens(self, batch) -> int | None:
+        """Non-padding tokens of a micro-batch (None: the task has no tokens). Default: `attention_mask.sum()`."""
+        mask = batch.get("attention_mask") if isinstance(batch, Mapping) else None
+        return int(mask.sum()) if mask is not None else None
+
+    def batch_flops(self, batch) -> float | None:
+        """Training FLOPs (forward + backward) of a micro-batch, for MFU; None leaves MFU out.
+        Default: `flops_per_token() * batch_tokens(batch)` when the task gives `flops_per_token`."""
+        per_token, tokens = self.flops_per_token(), self.batch_tokens(batch)
+        return None if per_token is None or tokens is None else float(per_token) * tokens
+
+    def flops_per_token(self) -> float | None:
+        """Training FLOPs per token (e.g. core.flops.decoder_flops_per_token); None when unknown."""
+        return None
 
     # --- freezing ----------------------------------------------------------------------------
     def apply_trainable(self) -> None:
@@ -65,7 +88,11 @@ class TrainModule(L.LightningModule):
     def training_step(self, batch, batch_idx):
         loss = self.compute_loss(batch)
         self.consumed_batches += 1
-        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=False)
+        self._step_losses.append(loss.detach())
+        if self.consumed_batches % self.trainer.accumulate_grad_batches == 0:  # the step's last micro-batch
+            step_loss = torch.stack(self._step_losses).mean()
+            self._step_losses = []
+            self.log("train/loss", step_loss, prog_bar=True, on_step=True, on_epoch=False, sync_dist=True)
         return loss
 
     def configure_optimizers(self):
@@ -85,11 +112,27 @@ class TrainModule(L.LightningModule):
         checkpoint["phase"] = self.phase_name
         checkpoint["consumed_batches"] = self.consumed_batches
         checkpoint["rng"] = collect_rng_states()
+        rank, world = _rank_world()
+        if world > 1:  # every rank's RNG states (only rank 0 writes the file); all ranks take part in a save
+            every = [None] * world
+            torch.distributed.all_gather_object(every, checkpoint["rng"])
+            checkpoint["rng_per_rank"] = every
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.consumed_batches = int(checkpoint.get("consumed_batches", 0))
-        if "rng" in checkpoint:
+        per_rank = checkpoint.get("rng_per_rank") or []
+        rank, world = _rank_world()
+        if world > 1 and len(per_rank) == world:
+            set_rng_states(per_rank[rank])
+        elif "rng" in checkpoint:
             set_rng_states(checkpoint["rng"])
+
+
+def _rank_world() -> tuple[int, int]:
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
 
 def is_no_decay(name: str, param: nn.Parameter) -> bool:

@@ -28,14 +28,15 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 from safetensors.torch import load_model
 
-from core.checkpoint import AtomicCheckpointIO, peek, save_weights_atomic
-from core.loggers import RunCSVLogger, mlflow_logger
+from core.checkpoint import peek, remove_stray_tmp, resume_checkpoint, save_weights_atomic
+from core.loggers import RunCSVLogger, log_artifacts, mlflow_logger, optional_loggers
+from core.trainer import build_trainer, world_size
 
 console = Console()
 # Frozen parts are kept in eval mode on purpose (TrainModule.train); Lightning's notice about it is noise.
@@ -93,12 +94,15 @@ def micro_batch(cfg: DictConfig, phase: DictConfig, world_size: int) -> tuple[in
 
 
 def build_loggers(cfg: DictConfig, run_dir: Path, step_offset: int, resume_step: int, name: str) -> list:
+    """metrics.csv plus the trackers `cfg.logger` names; only rank 0 logs (other ranks get none)."""
+    if rank_zero_only.rank != 0:
+        return []
     loggers = [RunCSVLogger(run_dir, step_offset=step_offset, resume_step=resume_step)]
     mlflow_cfg = cfg.logger.get("mlflow")
+    params = {k: str(v) for k, v in _flatten(OmegaConf.to_container(cfg, resolve=True)).items()}
     if mlflow_cfg:
-        params = {k: str(v) for k, v in _flatten(OmegaConf.to_container(cfg, resolve=True)).items()}
         loggers.append(mlflow_logger(run_dir, mlflow_cfg.tracking_uri, mlflow_cfg.experiment_name, name, params))
-    return loggers
+    return loggers + optional_loggers(cfg.logger, run_dir, name, params)
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
@@ -112,57 +116,17 @@ def _flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
-class _StepProgressBar(RichProgressBar):
-    """The data stream is endless, so the bar counts towards the phase's last step."""
-
-    @property
-    def total_train_batches(self):
-        return self.trainer.max_steps * self.trainer.accumulate_grad_batches
-
-
-def build_trainer(cfg: DictConfig, phase: DictConfig, run_dir: Path, max_steps: int, accumulate: int, loggers) -> L.Trainer:
-    t = cfg.trainer
-    every = int(t.checkpoint_every)
-    callbacks = [
-        ModelCheckpoint(
-            dirpath=run_dir / "checkpoints",
-            every_n_train_steps=every,
-            save_top_k=0,
-            save_last=True,
-            enable_version_counter=False,
-        )
-    ]
-    if t.get("progress_bar", True):
-        callbacks.append(_StepProgressBar())
-    return L.Trainer(
-        accelerator=t.accelerator,
-        devices=t.devices,
-        num_nodes=t.get("num_nodes", 1),
-        strategy=instantiate(t.strategy) if isinstance(t.strategy, DictConfig) else t.strategy,
-        precision=t.precision,
-        max_steps=max_steps,
-        accumulate_grad_batches=accumulate,
-        gradient_clip_val=phase.optim.get("gradient_clip_val", 1.0),
-        log_every_n_steps=t.log_every_n_steps,
-        callbacks=callbacks,
-        logger=loggers,
-        plugins=[AtomicCheckpointIO()],
-        enable_progress_bar=bool(t.get("progress_bar", True)),
-        enable_model_summary=False,
-        use_distributed_sampler=False,  # core.data.StreamSampler shards by rank itself
-        num_sanity_val_steps=0,
-        deterministic=t.get("deterministic", False),
-    )
-
-
 def train(cfg: DictConfig) -> dict:
     """Train every phase of the recipe (resuming where a previous run of the same command stopped)."""
     if cfg.trainer.get("threads"):
         torch.set_num_threads(int(cfg.trainer.threads))
     name = run_name(cfg)
     run_dir = Path(cfg.run.root) / name
+    main = rank_zero_only.rank == 0  # with several processes only rank 0 writes the run's files
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    if main:
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        remove_stray_tmp(run_dir / "checkpoints")
     progress_path = run_dir / "progress.json"
     progress = json.loads(progress_path.read_text()) if progress_path.exists() else {"completed": {}}
     last_ckpt = run_dir / "checkpoints" / "last.ckpt"
@@ -171,44 +135,62 @@ def train(cfg: DictConfig) -> dict:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     task = instantiate(cfg.task, _recursive_=False)
     model = task.build_model(cfg)
+    if cfg.trainer.get("fp8", False):
+        from core.fp8 import apply_fp8
+
+        console.print(f"fp8: {len(apply_fp8(model, int(cfg.trainer.get('fp8_min_features', 1024))))} linear layers converted")
     if cfg.get("init_from") and not progress["completed"] and not last_ckpt.exists():
         load_model(model, str(Path(cfg.init_from) / "model.safetensors"))  # start from another run's weights
     results: dict = {"run_dir": str(run_dir)}
     step_offset = 0
+    loggers: list = []
     for index, phase in enumerate(cfg.stage.phases.values()):
         if phase.name in progress["completed"]:
             step_offset += progress["completed"][phase.name]
             continue
-        resume = last_ckpt.exists() and peek(last_ckpt)["phase"] == phase.name
+        ckpt = resume_checkpoint(run_dir / "checkpoints")
+        resume = ckpt is not None and peek(ckpt)["phase"] == phase.name
         if not resume and weights.exists():
             load_model(model, str(weights))  # the previous phase's final weights
-        world = int(cfg.trainer.devices) * int(cfg.trainer.get("num_nodes", 1))
+        world = world_size(cfg.trainer)
         micro, accumulate = micro_batch(cfg, phase, world)
         datamodule = task.build_datamodule(cfg, phase, model, micro_batch_size=micro, seed=cfg.seed + index)
         datamodule.setup("fit")
         steps = phase_steps(cfg, phase, datamodule.num_samples)
         module = task.build_module(cfg, phase, model, total_steps=steps)
-        resume_step = peek(last_ckpt)["global_step"] if resume else 0
+        resume_step = peek(ckpt)["global_step"] if resume else 0
         loggers = build_loggers(cfg, run_dir, step_offset, resume_step, name)
-        trainer = build_trainer(cfg, phase, run_dir, steps, accumulate, loggers)
+        trainer = build_trainer(cfg, phase, run_dir, steps, accumulate, loggers, step_offset=step_offset)
         console.print(f"[bold]phase {phase.name}[/]: {steps} steps, global batch {phase.global_batch_size} "
                       f"({micro} x {accumulate} accumulation), trainable {list(phase.trainable)}"
                       + (f", resuming at step {resume_step}" if resume else ""))
-        trainer.fit(module, datamodule=datamodule, ckpt_path=str(last_ckpt) if resume else None, weights_only=True)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt) if resume else None, weights_only=True)
+        stale = trainer.global_rank == 0 and not _is_current(last_ckpt, trainer.global_step, phase.name)
+        if trainer.strategy.broadcast(stale, src=0):
+            trainer.save_checkpoint(last_ckpt, weights_only=False)  # every rank takes part in a save
         if trainer.global_rank == 0:
-            if not last_ckpt.exists() or peek(last_ckpt)["global_step"] != trainer.global_step or peek(last_ckpt)["phase"] != phase.name:
-                trainer.save_checkpoint(last_ckpt, weights_only=False)
             save_weights_atomic(model, weights)
             progress["completed"][phase.name] = steps
             write_json_atomic(progress_path, progress)
+        trainer.strategy.barrier("phase-end")  # the next phase reads what rank 0 wrote
         step_offset += steps
         results[f"{phase.name}/train_loss"] = float(trainer.callback_metrics.get("train/loss", float("nan")))
         results.update({f"{phase.name}/{k}": v for k, v in datamodule.report().items()})
         for logger in loggers:
             logger.finalize("success")
-    update_results(run_dir, {"train": {k: v for k, v in results.items() if k != "run_dir"}})
-    print_report(results, title=f"run {name}")
+    if main:
+        update_results(run_dir, {"train": {k: v for k, v in results.items() if k != "run_dir"}})
+        log_artifacts(loggers, [run_dir / "config.yaml", run_dir / "results.json"])
+        print_report(results, title=f"run {name}")
     return results
+
+
+def _is_current(ckpt: Path, step: int, phase: str) -> bool:
+    try:
+        info = peek(ckpt)
+    except Exception:  # missing or unreadable
+        return False
+    return info["global_step"] == step and info["phase"] == phase
 
 
 def evaluate(cfg: DictConfig) -> dict:

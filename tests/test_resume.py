@@ -1,7 +1,10 @@
 """A run killed with SIGKILL after a checkpoint and started again with the same command continues
-from the checkpoint's step and data position: its per-step losses equal an uninterrupted run's."""
+from the checkpoint's step and data position: its per-step losses equal an uninterrupted run's.
+The same holds for 2-process DDP (gloo on CPU), whose losses also equal one process accumulating the
+same micro-batches (same global batch)."""
 
 import csv
+import os
 import signal
 import subprocess
 import sys
@@ -12,9 +15,9 @@ import torch
 from tests.conftest import ROOT, SCRATCH_SMALL, SMALL
 
 
-def command(root, name):
+def command(root, name, *extra, steps=24, every=6):
     return [sys.executable, "train.py", *SMALL, *SCRATCH_SMALL, f"run.root={root}", f"run.name={name}",
-            "trainer.max_steps=24", "trainer.checkpoint_every=6", "trainer.threads=1"]
+            f"trainer.max_steps={steps}", f"trainer.checkpoint_every={every}", "trainer.threads=1", *extra]
 
 
 def step_losses(run_dir):
@@ -49,3 +52,40 @@ def test_sigkill_then_same_command_resumes_exactly(tmp_path):
         assert abs(got[step] - want[step]) <= 1e-6 * max(1.0, abs(want[step])), (step, got[step], want[step])
     final = torch.load(ckpt, weights_only=True, map_location="cpu")
     assert final["global_step"] == 24 and final["consumed_batches"] == 24
+
+
+DDP = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true"]
+
+
+def test_two_process_ddp_equals_one_process_accumulating_and_resumes_exactly_after_sigkill(tmp_path):
+    """1 process, micro batch 2 x accumulation 2 vs 2 processes x micro batch 2: the same global batch of the same
+    micro-batches. The DDP run is SIGKILLed (every process) after its first checkpoint and started again."""
+    steps = dict(steps=12, every=4)
+    reference = subprocess.run(command(tmp_path, "one", "trainer.micro_batch_size=2", **steps), cwd=ROOT,
+                               capture_output=True, text=True, timeout=600)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    assert "(2 x 2 accumulation)" in reference.stdout.replace("\n", " ")
+
+    ddp = command(tmp_path, "ddp", *DDP, "trainer.micro_batch_size=2", **steps)
+    ckpt = tmp_path / "ddp" / "checkpoints" / "last.ckpt"
+    proc = subprocess.Popen(ddp, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 300
+    while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and the rank it started: the whole job dies at once
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    killed_at = torch.load(ckpt, weights_only=True, map_location="cpu")["global_step"]
+    assert 0 < killed_at < 12
+
+    resumed = subprocess.run(ddp, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    out = resumed.stdout.replace("\n", " ")
+    assert f"resuming at step {killed_at}" in out and "(2 x 1 accumulation)" in out
+
+    got, want = step_losses(tmp_path / "ddp"), step_losses(tmp_path / "one")
+    assert sorted(got) == sorted(want) == list(range(12))
+    for step in range(12):
+        assert abs(got[step] - want[step]) <= 1e-5 * max(1.0, abs(want[step])), (step, got[step], want[step])
+    final = torch.load(ckpt, weights_only=True, map_location="cpu")
+    assert final["global_step"] == 12 and final["consumed_batches"] == 12 and len(final["rng_per_rank"]) == 2

@@ -29,22 +29,29 @@ class Sample:
     image: Path | None
 
 
-def tokenize_records(records: list[dict], prompt_format, image_root: Path, max_length: int, num_patches: int) -> tuple[list[Sample], Counter]:
-    """Samples ready for training and the count of records dropped (by reason)."""
+def tokenize_records(records: list[dict], prompt_format, image_root: Path, max_length: int, num_patches: int,
+                     max_turns: int | None = None) -> tuple[list[Sample], Counter]:
+    """Samples ready for training and the count of records dropped (by reason).
+
+    With `max_turns`, a conversation becomes several samples of at most that many question/answer
+    pairs each (every sample keeps the record's image)."""
     samples, dropped = [], Counter()
     for record in records:
         images = record_images(record)
         if len(images) > 1:
             raise DataError(f"record {record.get('id')}: {len(images)} images; multi-image samples are not supported yet")
         turns = [(t["from"], t["value"]) for t in record["conversations"]]
-        ids, labels = prompt_format.build(turns)
-        budget = max_length - (num_patches if images else 0)
-        if len(ids) > budget:
-            ids, labels = ids[:budget], labels[:budget]
-            if all(label == IGNORE_INDEX for label in labels):
-                dropped["truncated_no_targets"] += 1
-                continue
-        samples.append(Sample(str(record.get("id")), ids, labels, image_root / images[0] if images else None))
+        step = 2 * max_turns if max_turns else len(turns)
+        for start in range(0, len(turns), step):
+            ids, labels = prompt_format.build(turns[start : start + step])
+            budget = max_length - (num_patches if images else 0)
+            if len(ids) > budget:
+                ids, labels = ids[:budget], labels[:budget]
+                if all(label == IGNORE_INDEX for label in labels):
+                    dropped["truncated_no_targets"] += 1
+                    continue
+            sid = str(record.get("id")) + (f"#{start // 2}" if start else "")
+            samples.append(Sample(sid, ids, labels, image_root / images[0] if images else None))
     return samples, dropped
 
 

@@ -5,7 +5,8 @@
 `local-dir:PATH`; `tiny_llama` is a `LlamaForCausalLM` with a byte-level BPE
 tokenizer trained here with HF `tokenizers`, saved with `save_pretrained`
 (config, safetensors, tokenizer files, a chat template) and loaded with
-`from_pretrained`. Both start untrained (seeded random init). They are created
+`from_pretrained`. Both start untrained (seeded random init; the ViT's
+learned position embeddings start from 2-D sin-cos values, as in MAE). They are created
 on first use in `$REFRACT_CACHE/tiny/` (default `~/.cache/refract/tiny/`) and
 reused afterwards; configs refer to them as `${tiny:NAME}`.
 
@@ -28,8 +29,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from data import sort_of_clevr
 from vlm.prompting import VICUNA_SYSTEM
 
-VERSION = 1
-SIGLIP_ARGS = dict(img_size=64, patch_size=8, embed_dim=192, depth=5, num_heads=3, mlp_ratio=4.0)
+VERSION = 2
+SIGLIP_ARGS = dict(img_size=64, patch_size=8, embed_dim=128, depth=4, num_heads=4, mlp_ratio=4.0)
 LLAMA_ARGS = dict(hidden_size=192, intermediate_size=512, num_hidden_layers=3, num_attention_heads=4,
                   num_key_value_heads=4, max_position_embeddings=1024, tie_word_embeddings=False)
 TOKENIZER_VOCAB = 1000
@@ -72,9 +73,23 @@ def _train_tokenizer() -> PreTrainedTokenizerFast:
     return fast
 
 
+def sincos_2d(grid: int, dim: int) -> torch.Tensor:
+    """Fixed 2-D sine-cosine position embeddings (as in MAE): half the channels encode the row, half the column."""
+    def axis(positions: torch.Tensor, width: int) -> torch.Tensor:
+        omega = 1.0 / 10000 ** (torch.arange(width // 2, dtype=torch.float64) / (width / 2))
+        angles = positions[:, None] * omega[None]
+        return torch.cat([angles.sin(), angles.cos()], 1)
+
+    rows, cols = torch.meshgrid(torch.arange(grid, dtype=torch.float64), torch.arange(grid, dtype=torch.float64), indexing="ij")
+    return torch.cat([axis(rows.flatten(), dim // 2), axis(cols.flatten(), dim // 2)], 1).float()
+
+
 def _write_tiny_siglip(out: Path) -> None:
     torch.manual_seed(0)
     model = timm.create_model("vit_base_patch16_siglip_224", pretrained=False, num_classes=0, **SIGLIP_ARGS)
+    grid = SIGLIP_ARGS["img_size"] // SIGLIP_ARGS["patch_size"]
+    with torch.no_grad():  # start the learned position embeddings from 2-D sin-cos: positions are readable at once
+        model.pos_embed.copy_(sincos_2d(grid, SIGLIP_ARGS["embed_dim"])[None])
     timm.models.save_for_hf(model, out, model_args=SIGLIP_ARGS, safe_serialization=True)
 
 

@@ -29,3 +29,15 @@ def test_ranks_split_the_same_stream():
     assert r0 == full[0::2] and r1 == full[1::2]
     r1_resumed = take(StreamSampler(9, seed=2, start=4, rank=1, world_size=2), 6)
     assert r1_resumed == full[9::2]
+
+
+def test_ranks_take_micro_batch_blocks_like_gradient_accumulation():
+    """2 ranks with micro batch 3 see, per step, the same two micro-batches as 1 process accumulating 2."""
+    full = take(StreamSampler(11, seed=5, block=3), 24)
+    one = [full[i : i + 3] for i in range(0, 24, 3)]  # 1 process: micro-batches 0, 1 | 2, 3 | ...
+    r0 = take(StreamSampler(11, seed=5, rank=0, world_size=2, block=3), 12)
+    r1 = take(StreamSampler(11, seed=5, rank=1, world_size=2, block=3), 12)
+    for step in range(4):
+        assert r0[3 * step : 3 * step + 3] == one[2 * step] and r1[3 * step : 3 * step + 3] == one[2 * step + 1]
+    resumed = take(StreamSampler(11, seed=5, start=6, rank=1, world_size=2, block=3), 6)  # after 2 steps
+    assert resumed == r1[6:]

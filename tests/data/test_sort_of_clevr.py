@@ -93,7 +93,7 @@ def test_answers_rederived(ds):
         cap = r["conversations"][1]["value"]
         for o in objs:
             pos = f'{_answer(objs, o["color"], "vertical", size)} {_answer(objs, o["color"], "horizontal", size)}'
-            assert f'{o["color"]} {o["shape"]} {pos}' in cap
+            assert f'The {o["color"]} object is a {o["shape"]} at the {pos}.' in cap
 
 
 def test_geometry(ds):

@@ -59,3 +59,27 @@ def test_sample_with_all_targets_truncated_is_counted_not_trained(root, tiny_vlm
     records = [GOOD, {**GOOD, "id": "long", "conversations": [{"from": "human", "value": long_question}, {"from": "gpt", "value": "circle"}]}]
     samples, dropped = tokenize_records(records, tiny_vlm.prompt_format, root, max_length=tiny_vlm.encoder.num_patches + 40, num_patches=tiny_vlm.encoder.num_patches)
     assert [s.id for s in samples] == ["ok"] and dropped == {"truncated_no_targets": 1}
+
+
+def test_max_turns_splits_conversations_and_keeps_the_image(root, tiny_vlm):
+    turns = []
+    for i in range(5):
+        turns += [{"from": "human", "value": ("<image>\n" if i == 0 else "") + f"Q{i}?"}, {"from": "gpt", "value": f"A{i}"}]
+    record = {**GOOD, "id": "multi", "conversations": turns}
+    samples, _ = tokenize_records([record], tiny_vlm.prompt_format, root, 512, tiny_vlm.encoder.num_patches, max_turns=2)
+    assert [s.id for s in samples] == ["multi", "multi#2", "multi#4"]
+    assert all(s.image == root / "a.png" for s in samples)
+    tok = tiny_vlm.tokenizer
+    assert tok.decode(samples[2].input_ids) == "<s>In: Q4?\nOut: A4</s>"
+    whole, _ = tokenize_records([record], tiny_vlm.prompt_format, root, 512, tiny_vlm.encoder.num_patches)
+    assert len(whole) == 1 and tok.decode(whole[0].input_ids).count("</s>") == 5
+
+
+def test_split_weights_repeat_and_subsample():
+    from vlm.lightning import repeat
+
+    items = list(range(10))
+    assert repeat(items, 2.0, seed=0) == items + items
+    half = repeat(items, 0.5, seed=0)
+    assert len(half) == 5 and len(set(half)) == 5 and half == repeat(items, 0.5, seed=0)
+    assert len(repeat(items, 1.3, seed=1)) == 13

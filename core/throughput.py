@@ -1,0 +1,84 @@
+"""Throughput and MFU, logged with the loss at every log step (`perf/*` columns of metrics.csv).
+
+Per window of optimizer steps since the previous log (figures of this rank,
+i.e. per device; `samples_per_sec` is for all ranks together):
+- `perf/step_time`: seconds per optimizer step (data loading included);
+- `perf/samples_per_sec`, `perf/tokens_per_sec_per_device` (non-padding
+  tokens, from `TrainModule.batch_tokens`);
+- `perf/data_wait`: the fraction of the time spent waiting for the next batch;
+- `perf/mfu`: model FLOPs (`TrainModule.batch_flops`) per second ÷ the device
+  peak (core/flops.py; on CPU only when `trainer.peak_flops` is given).
+
+What a batch counts is the task's business (the module's hooks); this
+callback only adds up and divides. On GPU it synchronises once per log step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import lightning as L
+import torch
+
+from core.flops import device_peak_flops
+
+
+def _add(total, value):
+    return total if value is None else total + value
+
+
+class ThroughputMonitor(L.Callback):
+    def __init__(self, peak_flops: float | None = None, fp8: bool = False):
+        super().__init__()
+        self.peak_override, self.fp8 = peak_flops, fp8
+        self.peak: float | None = None
+
+    def on_train_start(self, trainer, pl_module):
+        self.peak = device_peak_flops(trainer.strategy.root_device, str(trainer.precision), self.fp8, self.peak_override)
+        self._reset(time.perf_counter())
+        self._batch_end = self._window_start
+
+    def _reset(self, now: float) -> None:
+        self._window_start, self._steps, self._samples, self._wait = now, 0, 0, 0.0
+        self._tokens, self._flops, self._has_tokens, self._has_flops = 0, 0.0, False, False
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._wait += time.perf_counter() - self._batch_end  # the loop fetched this batch since the last one ended
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        tokens, flops = pl_module.batch_tokens(batch), pl_module.batch_flops(batch)
+        self._has_tokens |= tokens is not None
+        self._has_flops |= flops is not None
+        self._tokens, self._flops = _add(self._tokens, tokens), _add(self._flops, flops)
+        self._samples += _batch_size(batch)
+        self._batch_end = time.perf_counter()
+        if trainer.fit_loop._should_accumulate():
+            return  # the optimizer step is not over yet
+        self._steps += 1
+        if not trainer._logger_connector.should_update_logs:
+            return
+        if trainer.strategy.root_device.type == "cuda":
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        seconds = max(now - self._window_start, 1e-9)
+        metrics = {
+            "perf/step_time": seconds / self._steps,
+            "perf/samples_per_sec": self._samples * trainer.world_size / seconds,
+            "perf/data_wait": min(1.0, self._wait / seconds),
+        }
+        if self._has_tokens:
+            metrics["perf/tokens_per_sec_per_device"] = float(self._tokens) / seconds
+        if self._has_flops and self.peak:
+            metrics["perf/mfu"] = float(self._flops) / seconds / self.peak
+        pl_module.log_dict(metrics, on_step=True, on_epoch=False, rank_zero_only=True)
+        self._reset(now)
+        self._batch_end = now
+
+
+def _batch_size(batch) -> int:
+    if isinstance(batch, Mapping):
+        batch = next((v for v in batch.values() if isinstance(v, torch.Tensor)), None)
+    elif isinstance(batch, (list, tuple)):
+        batch = batch[0] if batch else None
+    return int(batch.shape[0]) if isinstance(batch, torch.Tensor) and batch.ndim else 0

@@ -1,0 +1,93 @@
+"""FLOP counts, the peak table and MFU: a tiny Llama's 6N + 12LdT by hand and against torch's flop counter,
+and the throughput callback's MFU against tokens/s x FLOPs per token / peak."""
+
+import csv
+
+import lightning as L
+import pytest
+import torch
+from torch import nn
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from core.flops import chip_of, compute_dtype, decoder_flops_per_token, hf_decoder_flops_per_token, measure_flops, mfu, \
+    non_embedding_params, peak_flops
+from core.module import TrainModule
+from core.throughput import ThroughputMonitor
+
+
+def tiny_llama(tie=False):
+    cfg = LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=4, tie_word_embeddings=tie, max_position_embeddings=64)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(cfg)
+
+
+def test_peak_table_recognises_a100_h100_h200_by_name_and_dtype():
+    assert chip_of("NVIDIA H200") == "h200-sxm" and chip_of("NVIDIA H200 NVL") == "h200-nvl"
+    assert chip_of("NVIDIA H100 80GB HBM3") == "h100-sxm" and chip_of("NVIDIA H100 PCIe") == "h100-pcie"
+    assert chip_of("NVIDIA A100-SXM4-80GB") == "a100" and chip_of("NVIDIA GeForce RTX 3090") is None
+    assert peak_flops("NVIDIA H200", "bf16") == 989e12 and peak_flops("NVIDIA H100 80GB HBM3", "fp8") == 1979e12
+    assert peak_flops("NVIDIA A100-PCIE-40GB", "bf16") == 312e12 and peak_flops("NVIDIA A100-PCIE-40GB", "fp8") is None
+    assert compute_dtype("bf16-mixed") == "bf16" and compute_dtype("16-mixed") == "fp16" and compute_dtype("bf16-mixed", fp8=True) == "fp8"
+
+
+def test_decoder_flops_per_token_by_hand_and_against_the_flop_counter():
+    model, T = tiny_llama(), 32
+    d, L_, ff, V = 64, 2, 128, 100
+    n = L_ * (4 * d * d + 3 * d * ff + 2 * d) + d + V * d  # attention + MLP + norms per layer, final norm, lm_head
+    assert non_embedding_params(model) == n == 88640
+    assert hf_decoder_flops_per_token(model, T) == decoder_flops_per_token(n, L_, d, T) == 6 * 88640 + 12 * 2 * 64 * 32 == 580992
+    assert non_embedding_params(tiny_llama(tie=True)) == n  # a tied head still does its matmul
+
+    ids = torch.randint(0, V, (2, T))
+
+    def step():
+        model(input_ids=ids, labels=ids).loss.backward()
+
+    measured = measure_flops(step) / ids.numel()  # matmuls + attention, forward + backward
+    norms = 6 * (2 * L_ * d + d)  # norm weights are in N but are not matmuls
+    assert measured == pytest.approx(decoder_flops_per_token(n, L_, d, T) - norms, rel=1e-3)
+
+
+def test_mfu_is_flops_per_second_over_peak():
+    # 1,000 tokens/s of a 7B-like 4.2e10 FLOPs/token model on an H100 (989 TFLOP/s bf16)
+    assert mfu(1000 * 4.2e10, 1.0, peak_flops("NVIDIA H100 80GB HBM3", "bf16")) == pytest.approx(4.2e13 / 989e12)
+
+
+class Toy(TrainModule):
+    def parts(self):
+        return {"net": self.model}
+
+    def compute_loss(self, batch):
+        return self.model(batch["x"]).pow(2).mean()
+
+    def flops_per_token(self):
+        return 1e6
+
+
+class ToyData(L.LightningDataModule):
+    def train_dataloader(self):
+        mask = torch.ones(8, 5, dtype=torch.long)
+        mask[:, 3:] = 0  # 3 real tokens per row, 2 padding
+        rows = [{"x": torch.randn(4), "attention_mask": m} for m in mask]
+        return torch.utils.data.DataLoader(rows * 4, batch_size=4)
+
+
+def test_callback_logs_tokens_and_mfu_consistently(tmp_path):
+    phase = {"name": "p", "trainable": ["net"], "optim": {"lr": 0.01}}
+    module = Toy(nn.Linear(4, 2), phase, total_steps=6)
+    logger = L.pytorch.loggers.CSVLogger(tmp_path, name="", version="")
+    trainer = L.Trainer(accelerator="cpu", max_steps=6, accumulate_grad_batches=2, log_every_n_steps=2, logger=logger,
+                        callbacks=[ThroughputMonitor(peak_flops=1e9)], enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    trainer.fit(module, datamodule=ToyData())
+    with open(tmp_path / "metrics.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("perf/mfu")]
+    assert [int(r["step"]) for r in rows] == [1, 3, 5]  # every log step
+    for r in rows:
+        step_time, tokens_s = float(r["perf/step_time"]), float(r["perf/tokens_per_sec_per_device"])
+        # 2 micro-batches x 4 rows x 3 non-padding tokens per optimizer step, 1e6 FLOPs each, peak 1e9 FLOP/s
+        assert tokens_s == pytest.approx(24 / step_time, rel=1e-4)
+        assert float(r["perf/mfu"]) == pytest.approx(tokens_s * 1e6 / 1e9, rel=1e-4)
+        assert float(r["perf/samples_per_sec"]) == pytest.approx(8 / step_time, rel=1e-4)
+        assert 0.0 <= float(r["perf/data_wait"]) < 1.0

@@ -1,0 +1,33 @@
+"""Tracking: MLflow gets the run's config.yaml and results.json as artifacts; `logger=tensorboard` writes event
+files; `logger=wandb` is offline by default and fails clearly when its package is missing."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from core.run import train
+
+
+def test_mlflow_run_gets_config_and_results_artifacts_and_tensorboard_by_name(small_cfg, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.chdir(tmp_path)  # MLflow's default artifact store is ./mlruns
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    train(small_cfg("logger=mlflow", f"logger.mlflow.tracking_uri={uri}", "trainer.max_steps=2", "run.name=tracked",
+                    "trainer.threads=1"))
+    run_dir = tmp_path / "runs" / "tracked"
+    client = MlflowClient(tracking_uri=uri)
+    run_id = (run_dir / "mlflow_run_id").read_text()
+    assert {a.path for a in client.list_artifacts(run_id)} >= {"config.yaml", "results.json"}
+    run = client.get_run(run_id)
+    assert run.data.params["trainer.max_steps"] == "2" and "train/loss" in run.data.metrics
+
+    train(small_cfg("logger=tensorboard", "trainer.max_steps=1", "run.name=tb", "trainer.threads=1"))
+    assert list(Path(tmp_path / "runs" / "tb" / "tensorboard").rglob("events.out.tfevents.*"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")
+def test_wandb_without_its_package_fails_with_the_install_command(small_cfg):
+    with pytest.raises(ImportError, match=r"pip install -e \"\.\[wandb\]\""):
+        train(small_cfg("logger=wandb", "trainer.max_steps=1", "run.name=wb"))
