@@ -5,7 +5,7 @@ model, then for each phase of the recipe a data module and a module. Parts a
 phase may train: `encoder`, `projector`, `backbone`.
 
 Data splits: each phase lists the splits it trains on (`phase.data`, e.g.
-`[align]`, `[instruct]`, or a mapping `{align: 0.5, instruct: 1}` giving how
+`{align: 1}`, or a mapping `{align: 0.5, instruct: 1}` giving how
 many times each split's samples appear per pass — fractions take a seeded
 random subset); `cfg.data.splits` maps a split name to a LLaVA JSON file under
 `cfg.data.image_root`. `data.max_turns` splits long conversations into samples
