@@ -8,6 +8,7 @@ from omegaconf import DictConfig
 
 import vlm.tiny  # noqa: F401  (registers the ${tiny:NAME} config resolver)
 from data.llava import DataError
+from eval.scorers import ScoringError
 from vlm.hub import ComponentLoadError
 from core.cli import exit_on_user_error
 from core.run import evaluate
@@ -15,7 +16,7 @@ from core.run import evaluate
 
 @hydra.main(config_path="conf", config_name="eval", version_base="1.3")
 def main(cfg: DictConfig) -> dict:
-    with exit_on_user_error(ComponentLoadError, DataError, FileNotFoundError):
+    with exit_on_user_error(ComponentLoadError, DataError, FileNotFoundError, ScoringError):
         return evaluate(cfg)
 
 

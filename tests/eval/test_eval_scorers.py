@@ -295,3 +295,16 @@ def test_refcoco_refs_pickle_with_code_is_refused(tmp_path):
 
     with pytest.raises(ScoringError, match="refusing to load"):
         score_refcoco(tmp_path / "pred.json", refs)
+
+
+def test_annotation_record_missing_a_field_is_a_scoring_error(tmp_path):
+    import json
+
+    import pytest
+
+    from eval.scorers import SCORERS, ScoringError
+
+    (tmp_path / "ann.json").write_text(json.dumps({"annotations": [{"question_id": 1}]}))  # no answers
+    (tmp_path / "pred.json").write_text(json.dumps([{"question_id": 1, "answer": "yes"}]))
+    with pytest.raises(ScoringError, match="ann.json"):
+        SCORERS["vqav2"](tmp_path / "pred.json", tmp_path / "ann.json")
