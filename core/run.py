@@ -14,6 +14,11 @@ each with its own trainable parts, optimiser settings and batch size; a phase
 starts from the weights the previous one ended with. The core knows nothing of
 images or actions: `cfg.task` names a task object (Hydra `_target_`) that
 builds the model, the data module and the LightningModule of a phase.
+
+Several processes (DDP / FSDP, launched by Lightning, srun or torchrun) all run
+`train`; only rank 0 writes the run's files, every rank takes part in
+checkpoint saves, and a barrier ends each phase (docs/scaling.md). The Trainer
+itself is built in core/trainer.py.
 """
 
 from __future__ import annotations
@@ -161,9 +166,10 @@ def train(cfg: DictConfig) -> dict:
         resume_step = peek(ckpt)["global_step"] if resume else 0
         loggers = build_loggers(cfg, run_dir, step_offset, resume_step, name)
         trainer = build_trainer(cfg, phase, run_dir, steps, accumulate, loggers, step_offset=step_offset)
-        console.print(f"[bold]phase {phase.name}[/]: {steps} steps, global batch {phase.global_batch_size} "
-                      f"({micro} x {accumulate} accumulation), trainable {list(phase.trainable)}"
-                      + (f", resuming at step {resume_step}" if resume else ""))
+        if main:
+            console.print(f"[bold]phase {phase.name}[/]: {steps} steps, global batch {phase.global_batch_size} "
+                          f"({micro} x {accumulate} accumulation), trainable {list(phase.trainable)}"
+                          + (f", resuming at step {resume_step}" if resume else ""))
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt) if resume else None, weights_only=True)
         stale = trainer.global_rank == 0 and not _is_current(last_ckpt, trainer.global_step, phase.name)
         if trainer.strategy.broadcast(stale, src=0):

@@ -3,16 +3,19 @@
 After Santoro et al. 2017 ("A simple neural network module for relational
 reasoning"). Each image shows 6 objects of 6 distinct colours (red, green, blue,
 orange, gray, yellow), each a circle or a square, placed at random without
-overlap on a white background. Per colour there are 3 non-relational questions
-(shape; left/right of the vertical midline; top/bottom of the horizontal
-midline) and 3 relational ones (shape of the nearest object; shape of the
-farthest object; how many objects share its shape, itself included), all with
-one-word answers.
+overlap on a neutral mid-gray background (which SigLIP-style normalisation,
+mean = std = 0.5, maps to about zero: empty patches then carry no signal, which
+a from-scratch ViT needs; on white nothing was learned). The gray object is a
+dark gray. Per colour there are 3 non-relational questions (shape; left/right
+of the vertical midline; top/bottom of the horizontal midline) and 3
+relational ones (shape of the nearest object; shape of the farthest object;
+how many objects share its shape, itself included), all with one-word answers.
 
 Output folder (the image root; every path in the records is relative to it):
 
     images/train/000000.png ...   images/test/000000.png ...
     align.json     LLaVA records, one per train image: "<image>\\nDescribe the image." -> caption
+                   ('red circle top left. green square bottom right. ...', random object order)
     instruct.json  LLaVA records, one per train image: its questions as a multi-turn chat
     test.json      [{"id", "image", "question", "answer", "type", "subtype"}] on held-out images
     scenes.json    {"train": {id: objects}, "test": {id: objects}}; an object is
@@ -47,11 +50,10 @@ COLORS = {
     "green": (20, 170, 40),
     "blue": (30, 60, 230),
     "orange": (255, 140, 0),
-    "gray": (128, 128, 128),
+    "gray": (80, 80, 80),
     "yellow": (240, 220, 0),
 }
 SHAPES = ("circle", "square")
-BACKGROUND = (255, 255, 255)
 SUBTYPES = {"non_relational": ("shape", "horizontal", "vertical"),
             "relational": ("nearest", "farthest", "count")}
 TEMPLATES = {
@@ -64,14 +66,16 @@ TEMPLATES = {
 }
 CAPTION_PROMPT = "Describe the image."
 DEFAULTS = dict(seed=0, n_train=10000, n_test=200, image_size=64, object_size=10,
-                questions_per_image=20, supersample=4)
+                questions_per_image=20, supersample=4, background=128, n_easy=0, easy_max_objects=3)
 
 
 # ----------------------------------------------------------------------------- scenes
 def sample_scene(rng: np.random.Generator, image_size: int, object_size: int,
-                 gap: int = 1, tie_margin: float = 1.0) -> list[dict]:
-    """Six objects with integer top-left corners, non-overlapping bounding boxes,
-    no centre within 1 px of a midline and no near-ties in nearest/farthest."""
+                 gap: int = 1, tie_margin: float = 1.0, colors: list[str] | None = None) -> list[dict]:
+    """Objects of the given colours (default: all six) with integer top-left corners,
+    non-overlapping bounding boxes, no centre within 1 px of a midline and no
+    near-ties in nearest/farthest."""
+    colors = list(COLORS) if colors is None else colors
     half, s = image_size / 2, object_size
     hi = image_size - s  # top-left corner range [0, hi]
     if hi < 0:
@@ -79,7 +83,7 @@ def sample_scene(rng: np.random.Generator, image_size: int, object_size: int,
     for _ in range(10000):
         corners: list[tuple[int, int]] = []
         for _ in range(10000):
-            if len(corners) == len(COLORS):
+            if len(corners) == len(colors):
                 break
             x, y = (int(v) for v in rng.integers(0, hi + 1, size=2))
             cx, cy = x + s / 2, y + s / 2
@@ -87,11 +91,11 @@ def sample_scene(rng: np.random.Generator, image_size: int, object_size: int,
                 continue
             if all(max(abs(x - a), abs(y - b)) >= s + gap for a, b in corners):
                 corners.append((x, y))
-        if len(corners) < len(COLORS):
+        if len(corners) < len(colors):
             continue
-        shapes = rng.integers(0, len(SHAPES), size=len(COLORS))
+        shapes = rng.integers(0, len(SHAPES), size=len(colors))
         objs = [{"color": c, "shape": SHAPES[int(k)], "center": [x + s / 2, y + s / 2], "size": s}
-                for c, k, (x, y) in zip(COLORS, shapes, corners)]
+                for c, k, (x, y) in zip(colors, shapes, corners)]
         if _ties_ok(objs, tie_margin):
             return objs
     raise RuntimeError("could not place objects; make object_size smaller")
@@ -102,15 +106,15 @@ def _ties_ok(objs: list[dict], margin: float) -> bool:
     d = np.sqrt(((c[:, None] - c[None]) ** 2).sum(-1))
     for i in range(len(objs)):
         r = np.sort(np.delete(d[i], i))
-        if r[1] - r[0] < margin or r[-1] - r[-2] < margin:
+        if len(r) > 1 and (r[1] - r[0] < margin or r[-1] - r[-2] < margin):
             return False
     return True
 
 
-def render(objs: list[dict], image_size: int, supersample: int = 4) -> Image.Image:
+def render(objs: list[dict], image_size: int, supersample: int = 4, background: int = 128) -> Image.Image:
     """Draw at supersample x resolution and box-downsample (antialiased edges)."""
     k = supersample
-    img = Image.new("RGB", (image_size * k, image_size * k), BACKGROUND)
+    img = Image.new("RGB", (image_size * k, image_size * k), (background,) * 3)
     draw = ImageDraw.Draw(img)
     for o in objs:
         s = o["size"]
@@ -144,9 +148,12 @@ def answer(objs: list[dict], color: str, subtype: str, image_size: int) -> str:
 
 
 def questions(rng: np.random.Generator, objs: list[dict], n: int, image_size: int) -> list[dict]:
-    """n questions, half non-relational and half relational (all 36 if n >= 36),
-    drawn without replacement in random order."""
-    pools = {t: [(c, s) for c in COLORS for s in subs] for t, subs in SUBTYPES.items()}
+    """n questions, half non-relational and half relational (all of them if n is
+    large enough), about the objects present, drawn without replacement in random
+    order. Nearest/farthest are asked only when the scene has other objects."""
+    present = [o["color"] for o in objs]
+    pools = {t: [(c, s) for c in present for s in subs if len(objs) > 1 or s not in ("nearest", "farthest")]
+             for t, subs in SUBTYPES.items()}
     picked = []
     for t, pool in pools.items():
         k = min(len(pool), n // 2 + (n % 2 if t == "non_relational" else 0))
@@ -161,16 +168,28 @@ def questions(rng: np.random.Generator, objs: list[dict], n: int, image_size: in
     return out
 
 
-def caption(objs: list[dict], image_size: int) -> str:
-    """Colours in a fixed order, each with shape and quadrant, e.g.
-    'red circle top left. green square bottom right. ...' — the order never
-    changes so every shape/position word is predictable only from the image."""
+def caption(objs: list[dict], image_size: int, order=None) -> str:
+    """Every object as '{colour} {shape} {top|bottom} {left|right}.', in the given
+    order (generate() uses a random one), e.g. 'gray circle bottom left. red
+    square top left. ...'. The shape word comes right after its colour word and
+    the order is random, so a model must read the colour word and find that
+    colour in the image (with a fixed colour order it can learn the caption
+    without ever reading the colour word, which does not transfer to questions)."""
     parts = []
-    for o in objs:
+    for o in (objs if order is None else [objs[int(i)] for i in order]):
         h = answer(objs, o["color"], "horizontal", image_size)
         v = answer(objs, o["color"], "vertical", image_size)
         parts.append(f"{o['color']} {o['shape']} {v} {h}.")
     return " ".join(parts)
+
+
+def conversation(qs: list[dict]) -> list[dict]:
+    """Questions as one LLaVA multi-turn conversation (the image placeholder in the first turn)."""
+    turns = []
+    for j, q in enumerate(qs):
+        turns.append({"from": "human", "value": ("<image>\n" if j == 0 else "") + q["question"]})
+        turns.append({"from": "gpt", "value": q["answer"]})
+    return turns
 
 
 # ----------------------------------------------------------------------------- writing
@@ -189,43 +208,50 @@ def _write_json(path: Path, obj) -> None:
 def generate(out_dir, **kw) -> Path:
     """Generate the dataset into out_dir (replaced atomically if it exists).
     Parameters (keyword only): seed, n_train, n_test, image_size, object_size,
-    questions_per_image, supersample. Returns out_dir as a Path."""
+    questions_per_image, supersample, background, n_easy (extra training images
+    with 1..easy_max_objects objects, written to instruct_easy.json: a curriculum
+    split; the benchmark's train and test images always have six objects).
+    Returns out_dir as a Path."""
     p = _params(**kw)
     out = Path(out_dir).expanduser().resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     S, qn = p["image_size"], p["questions_per_image"]
-    align, instruct, test, scenes = [], [], [], {"train": {}, "test": {}}
+    align, instruct, test, easy, scenes = [], [], [], [], {"train": {}, "test": {}, "easy": {}}
+    splits = (("train", p["n_train"]), ("test", p["n_test"]), ("easy", p["n_easy"]))
     try:
-        for split_i, (split, n) in enumerate((("train", p["n_train"]), ("test", p["n_test"]))):
+        for split_i, (split, n) in enumerate(splits):
             (tmp / "images" / split).mkdir(parents=True)
             rng = np.random.default_rng([p["seed"], split_i, VERSION])
             for k in range(n):
-                objs = sample_scene(rng, S, p["object_size"])
+                colors = None
+                if split == "easy":  # curriculum images: 1..easy_max_objects objects of random colours
+                    count = int(rng.integers(1, p["easy_max_objects"] + 1))
+                    colors = [list(COLORS)[int(i)] for i in sorted(rng.permutation(len(COLORS))[:count])]
+                objs = sample_scene(rng, S, p["object_size"], colors=colors)
                 rel = f"images/{split}/{k:06d}.png"
-                render(objs, S, p["supersample"]).save(tmp / rel, optimize=False)
+                render(objs, S, p["supersample"], p["background"]).save(tmp / rel, optimize=False)
                 qs = questions(rng, objs, qn, S)
                 rid = f"{split}-{k:06d}"
                 scenes[split][rid] = objs
-                if split == "train":
+                if split == "easy":
+                    easy.append({"id": rid, "image": rel, "conversations": conversation(qs)})
+                elif split == "train":
                     align.append({"id": rid, "image": rel, "conversations": [
                         {"from": "human", "value": f"<image>\n{CAPTION_PROMPT}"},
-                        {"from": "gpt", "value": caption(objs, S)}]})
-                    conv = []
-                    for j, q in enumerate(qs):
-                        conv.append({"from": "human", "value": ("<image>\n" if j == 0 else "") + q["question"]})
-                        conv.append({"from": "gpt", "value": q["answer"]})
-                    instruct.append({"id": rid, "image": rel, "conversations": conv})
+                        {"from": "gpt", "value": caption(objs, S, rng.permutation(len(objs)))}]})
+                    instruct.append({"id": rid, "image": rel, "conversations": conversation(qs)})
                 else:
                     for j, q in enumerate(qs):
                         test.append({"id": f"{rid}-{j:02d}", "image": rel, **q})
         _write_json(tmp / "align.json", align)
         _write_json(tmp / "instruct.json", instruct)
         _write_json(tmp / "test.json", test)
+        _write_json(tmp / "instruct_easy.json", easy)
         _write_json(tmp / "scenes.json", scenes)
         _write_json(tmp / "meta.json", {"name": "sort_of_clevr", **p, "colors": list(COLORS),
-                                        "shapes": list(SHAPES), "background": list(BACKGROUND)})
+                                        "shapes": list(SHAPES)})
         old = out.parent / f".{out.name}.old-{os.getpid()}"
         if out.exists():
             os.replace(out, old)

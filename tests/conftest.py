@@ -35,7 +35,8 @@ SMALL = [
     "data.generator.n_test=12",
     "data.generator.questions_per_image=4",
 ]
-SCRATCH_SMALL = ["stage.phases.scratch.global_batch_size=4"]  # for the default stage
+# The default recipe without its caption phase, with small batches (tests that train the default stage).
+SCRATCH_SMALL = ["~stage.phases.scratch_captions", "stage.phases.scratch.global_batch_size=4"]
 
 
 def compose_cfg(*overrides: str, config: str = "train"):

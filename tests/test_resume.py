@@ -15,8 +15,8 @@ import torch
 from tests.conftest import ROOT, SCRATCH_SMALL, SMALL
 
 
-def command(root, name, *extra, steps=24, every=6):
-    return [sys.executable, "train.py", *SMALL, *SCRATCH_SMALL, f"run.root={root}", f"run.name={name}",
+def command(root, name, *extra, steps=24, every=6, stage=tuple(SCRATCH_SMALL)):
+    return [sys.executable, "train.py", *SMALL, *stage, f"run.root={root}", f"run.name={name}",
             f"trainer.max_steps={steps}", f"trainer.checkpoint_every={every}", "trainer.threads=1", *extra]
 
 
@@ -55,12 +55,14 @@ def test_sigkill_then_same_command_resumes_exactly(tmp_path):
 
 
 DDP = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true"]
+# one phase whatever the default recipe is; a learning rate at which the optimizer state matters
+ONE_PHASE = ("stage=single_stage", "stage.phases.finetune.global_batch_size=4", "stage.phases.finetune.optim.lr=1e-3")
 
 
 def test_two_process_ddp_equals_one_process_accumulating_and_resumes_exactly_after_sigkill(tmp_path):
     """1 process, micro batch 2 x accumulation 2 vs 2 processes x micro batch 2: the same global batch of the same
     micro-batches. The DDP run is SIGKILLed (every process) after its first checkpoint and started again."""
-    steps = dict(steps=12, every=4)
+    steps = dict(steps=12, every=4, stage=ONE_PHASE)
     reference = subprocess.run(command(tmp_path, "one", "trainer.micro_batch_size=2", **steps), cwd=ROOT,
                                capture_output=True, text=True, timeout=600)
     assert reference.returncode == 0, reference.stderr[-3000:]

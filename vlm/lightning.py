@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 
 from core.data import StreamDataModule
+from core.flops import decoder_flops_per_token, hf_decoder_flops_per_token, non_embedding_params
 from core.module import TrainModule
 from data.llava import load_llava
 from data.sources import DataSource, resolve
@@ -37,6 +38,20 @@ class VLMModule(TrainModule):
 
     def compute_loss(self, batch):
         return self.model(**batch).loss
+
+    def batch_tokens(self, batch) -> int:
+        """Non-padding tokens the language model processes: text tokens plus the spliced image patches."""
+        return int(batch["attention_mask"].sum()) + int(batch["image_mask"].sum()) * self.model.encoder.num_patches
+
+    def batch_flops(self, batch) -> float:
+        """6·N + attention FLOPs per token for the language model (at this batch's spliced length) and for
+        the ViT (per patch), plus the projector's 6·N per patch."""
+        enc, n_images = self.model.encoder, int(batch["image_mask"].sum())
+        length = batch["input_ids"].shape[1] + (enc.num_patches if n_images else 0)
+        flops = self.batch_tokens(batch) * hf_decoder_flops_per_token(self.model.backbone.model, length)
+        vit = decoder_flops_per_token(non_embedding_params(enc), len(enc.model.blocks), enc.embed_dim, enc.num_patches)
+        projector = 6.0 * sum(p.numel() for p in self.model.projector.parameters())
+        return flops + n_images * enc.num_patches * (vit + projector)
 
 
 class VLMDataModule(StreamDataModule):

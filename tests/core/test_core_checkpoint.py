@@ -12,6 +12,9 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from core.checkpoint import peek, resume_checkpoint
 from core.run import train
 
+# one phase, whatever the default recipe is: the step and save counts below are about a single phase
+ONE_PHASE = ("stage=single_stage", "stage.phases.finetune.global_batch_size=4", "stage.phases.finetune.optim.lr=1e-3")
+
 
 class Killed(RuntimeError):
     pass
@@ -23,7 +26,7 @@ def losses(run_dir: Path) -> dict[int, float]:
 
 
 def test_kill_during_a_checkpoint_write_keeps_the_previous_one_and_resume_is_exact(small_cfg, tmp_path, monkeypatch, capsys):
-    args = ("trainer.max_steps=6", "trainer.checkpoint_every=2", "trainer.keep_last_k=2", "trainer.threads=1")
+    args = (*ONE_PHASE, "trainer.max_steps=6", "trainer.checkpoint_every=2", "trainer.keep_last_k=2", "trainer.threads=1")
     cfg = small_cfg(*args, "run.name=faulty")
     ckpts = Path(cfg.run.root) / "faulty" / "checkpoints"
     original, calls = TorchCheckpointIO.save_checkpoint, []

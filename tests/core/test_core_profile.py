@@ -9,7 +9,8 @@ from core.run import train
 
 
 def test_profile_writes_trace_and_summary_and_metrics_have_throughput(small_cfg):
-    cfg = small_cfg("trainer.max_steps=4", "trainer.profile=true", "trainer.profile_steps=2", "run.name=prof", "trainer.threads=1")
+    cfg = small_cfg("stage=single_stage", "stage.phases.finetune.global_batch_size=4", "trainer.max_steps=4", "trainer.profile=true",
+                    "trainer.profile_steps=2", "run.name=prof", "trainer.threads=1")
     train(cfg)
     profile = Path(cfg.run.root) / "prof" / "profile"
     summary = (profile / "fit-summary.txt").read_text()

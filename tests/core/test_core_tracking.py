@@ -8,13 +8,15 @@ import pytest
 
 from core.run import train
 
+ONE_PHASE = ("stage=single_stage", "stage.phases.finetune.global_batch_size=4")
+
 
 def test_mlflow_run_gets_config_and_results_artifacts_and_tensorboard_by_name(small_cfg, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
     monkeypatch.chdir(tmp_path)  # MLflow's default artifact store is ./mlruns
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    train(small_cfg("logger=mlflow", f"logger.mlflow.tracking_uri={uri}", "trainer.max_steps=2", "run.name=tracked",
+    train(small_cfg(*ONE_PHASE, "logger=mlflow", f"logger.mlflow.tracking_uri={uri}", "trainer.max_steps=2", "run.name=tracked",
                     "trainer.threads=1"))
     run_dir = tmp_path / "runs" / "tracked"
     client = MlflowClient(tracking_uri=uri)
@@ -23,11 +25,11 @@ def test_mlflow_run_gets_config_and_results_artifacts_and_tensorboard_by_name(sm
     run = client.get_run(run_id)
     assert run.data.params["trainer.max_steps"] == "2" and "train/loss" in run.data.metrics
 
-    train(small_cfg("logger=tensorboard", "trainer.max_steps=1", "run.name=tb", "trainer.threads=1"))
+    train(small_cfg(*ONE_PHASE, "logger=tensorboard", "trainer.max_steps=1", "run.name=tb", "trainer.threads=1"))
     assert list(Path(tmp_path / "runs" / "tb" / "tensorboard").rglob("events.out.tfevents.*"))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")
 def test_wandb_without_its_package_fails_with_the_install_command(small_cfg):
     with pytest.raises(ImportError, match=r"pip install -e \"\.\[wandb\]\""):
-        train(small_cfg("logger=wandb", "trainer.max_steps=1", "run.name=wb"))
+        train(small_cfg(*ONE_PHASE, "logger=wandb", "trainer.max_steps=1", "run.name=wb"))

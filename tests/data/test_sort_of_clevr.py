@@ -88,12 +88,15 @@ def test_answers_rederived(ds):
         for h, g in zip(conv[::2], conv[1::2]):
             color, sub = _parse(h["value"].removeprefix("<image>\n"))
             assert g["value"] == _answer(objs, color, sub, size)
+    orders = set()
     for r in load(ds, "align.json"):
         objs = scenes["train"][r["id"]]
+        orders.add(tuple(w for w in r["conversations"][1]["value"].split() if w in soc.COLORS))
         cap = r["conversations"][1]["value"]
         for o in objs:
             pos = f'{_answer(objs, o["color"], "vertical", size)} {_answer(objs, o["color"], "horizontal", size)}'
-            assert f'The {o["color"]} object is a {o["shape"]} at the {pos}.' in cap
+            assert f'{o["color"]} {o["shape"]} {pos}.' in cap
+    assert len(orders) > 1, "caption object order should vary"
 
 
 def test_geometry(ds):
@@ -170,3 +173,27 @@ def test_cli(tmp_path):
     soc.main(["--out", str(tmp_path / "cli"), "--n-train", "2", "--n-test", "1", "--seed", "5"])
     meta = load(tmp_path / "cli", "meta.json")
     assert meta["seed"] == 5 and meta["n_train"] == 2
+
+
+def test_easy_curriculum_split_has_few_objects_and_valid_questions(tmp_path):
+    import json
+
+    from data.sort_of_clevr import answer, generate
+
+    out = generate(tmp_path / "d", n_train=2, n_test=1, n_easy=30, easy_max_objects=3, questions_per_image=40)
+    scenes = json.loads((out / "scenes.json").read_text())
+    easy = json.loads((out / "instruct_easy.json").read_text())
+    assert len(easy) == 30 and {len(v) for v in scenes["easy"].values()} == {1, 2, 3}
+    assert all(len(v) == 6 for v in scenes["train"].values()) and all(len(v) == 6 for v in scenes["test"].values())
+    for record in easy:
+        objs = scenes["easy"][record["id"]]
+        colors = {o["color"] for o in objs}
+        turns = record["conversations"]
+        for q, a in zip(turns[::2], turns[1::2]):
+            text = q["value"].removeprefix("<image>\n")
+            color = next(c for c in colors if f" {c} " in text)  # questions ask only about objects present
+            if len(objs) == 1:
+                assert "nearest" not in text and "farthest" not in text
+            subtype = ("nearest" if "nearest" in text else "farthest" if "farthest" in text else "count" if "How many" in text
+                       else "horizontal" if "left or" in text else "vertical" if "top or" in text else "shape")
+            assert a["value"] == answer(objs, color, subtype, 64)

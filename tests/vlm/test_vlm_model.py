@@ -111,3 +111,19 @@ def test_score_equals_normalised_likelihood_of_each_full_answer(tiny_vlm):
     expected = torch.softmax(torch.tensor(logliks), 0)
     torch.testing.assert_close(torch.tensor(probs), expected, atol=1e-5, rtol=1e-4)
     assert abs(sum(probs) - 1) < 1e-6
+
+
+def test_batch_tokens_and_flops_count_text_and_patches(tiny_vlm):
+    from tests.conftest import compose_cfg
+
+    (phase,) = compose_cfg("stage=full_finetune").stage.phases.values()
+    module = VLMModule(tiny_vlm, OmegaConf.to_container(phase), total_steps=1)
+    batch = batch_of(tiny_vlm, CONVS, [True, False])
+    P = tiny_vlm.encoder.num_patches
+    assert module.batch_tokens(batch) == int(batch["attention_mask"].sum()) + P
+    lm = tiny_vlm.backbone.model.config
+    T = batch["input_ids"].shape[1] + P
+    n_lm = sum(p.numel() for n, p in tiny_vlm.backbone.model.named_parameters() if "embed_tokens" not in n)
+    expected_lm = module.batch_tokens(batch) * (6 * n_lm + 12 * lm.num_hidden_layers * lm.hidden_size * T)
+    assert module.batch_flops(batch) > expected_lm
+    assert module.batch_flops(batch) - expected_lm < 0.5 * expected_lm  # the ViT + projector part is the smaller one
