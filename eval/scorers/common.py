@@ -162,8 +162,11 @@ class Tally:
     def group(self, gname: str) -> dict[str, float]:
         return {k: pct(s, n) for k, (s, n) in sorted(self.groups.get(gname, {}).items())}
 
-    def metrics(self) -> dict[str, Any]:
-        return {"accuracy": pct(self.total, self.n), "n": self.n, "missing": self.missing, "empty": self.empty}
+    def metrics(self, *per: str) -> dict[str, Any]:
+        """Overall accuracy and counts, plus `per_<group>` breakdowns for the named groups that were seen."""
+        out = {"accuracy": pct(self.total, self.n), "n": self.n, "missing": self.missing, "empty": self.empty}
+        out.update({f"per_{name}": self.group(name) for name in per if self.groups.get(name)})
+        return out
 
 
 def lookup(preds: dict[str, tuple], key: str) -> tuple[Any, bool, bool]:

@@ -37,8 +37,4 @@ def score_gqa(predictions, annotations, questions=None, split=None) -> dict[str,
         types = q.get("types") or {}
         tally.add(float(correct), missing=missing, empty=empty,
                   structural=types.get("structural"), semantic=types.get("semantic"))
-    metrics = tally.metrics()
-    for name in ("structural", "semantic"):
-        if tally.groups.get(name):
-            metrics[f"per_{name}"] = tally.group(name)
-    return metrics
+    return tally.metrics("structural", "semantic")

@@ -111,11 +111,7 @@ def score_items(items: Iterable[dict], preds: dict, pred_path, ann_path, known=N
         acc = 0.0 if (missing or empty) else vqa_accuracy(as_text(answer), it["answers"])
         tally.add(acc, missing=missing, empty=empty,
                   answer_type=it.get("answer_type"), question_type=it.get("question_type"))
-    metrics = tally.metrics()
-    for name in ("answer_type", "question_type"):
-        if tally.groups.get(name):
-            metrics[f"per_{name}"] = tally.group(name)
-    return metrics
+    return tally.metrics("answer_type", "question_type")
 
 
 def _answers(ann: dict, path, qid) -> list[str]:
