@@ -154,7 +154,8 @@ def train(cfg: DictConfig) -> dict:
             step_offset += progress["completed"][phase.name]
             continue
         ckpt = resume_checkpoint(run_dir / "checkpoints")
-        resume = ckpt is not None and peek(ckpt)["phase"] == phase.name
+        ckpt_info = peek(ckpt) if ckpt is not None else {}
+        resume = ckpt_info.get("phase") == phase.name
         if not resume and weights.exists():
             load_model(model, str(weights))  # the previous phase's final weights
         world = world_size(cfg.trainer)
@@ -163,7 +164,7 @@ def train(cfg: DictConfig) -> dict:
         datamodule.setup("fit")
         steps = phase_steps(cfg, phase, datamodule.num_samples)
         module = task.build_module(cfg, phase, model, total_steps=steps)
-        resume_step = peek(ckpt)["global_step"] if resume else 0
+        resume_step = ckpt_info["global_step"] if resume else 0
         loggers = build_loggers(cfg, run_dir, step_offset, resume_step, name)
         trainer = build_trainer(cfg, phase, run_dir, steps, accumulate, loggers, step_offset=step_offset)
         if main:
