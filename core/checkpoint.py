@@ -36,7 +36,8 @@ def peek(path: Path) -> dict:
         ckpt = torch.load(path / "meta.pt", map_location="cpu", weights_only=True)
     else:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    return {"phase": ckpt.get("phase"), "global_step": ckpt.get("global_step", 0), "consumed_batches": ckpt.get("consumed_batches", 0)}
+    return {"phase": ckpt.get("phase"), "global_step": ckpt.get("global_step", 0), "consumed_batches": ckpt.get("consumed_batches", 0),
+            "last_step_metrics": ckpt.get("last_step_metrics")}
 
 
 def save_weights_atomic(model: torch.nn.Module, path: Path) -> None:

@@ -19,8 +19,9 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 
 class _KeepingWriter(ExperimentWriter):
-    def __init__(self, log_dir: str, keep_before_step: int):
+    def __init__(self, log_dir: str, keep_before_step: int, last_row: dict | None = None):
         self.keep_before_step = keep_before_step
+        self.last_row = last_row  # the checkpoint's own step, logged after the save: restored if a kill lost it
         super().__init__(log_dir)
 
     def _check_log_dir_exists(self) -> None:  # called by the parent's __init__: keep history instead of deleting it
@@ -31,6 +32,10 @@ class _KeepingWriter(ExperimentWriter):
             reader = csv.DictReader(f)
             header = list(reader.fieldnames or [])
             rows = [r for r in reader if r.get("step") not in (None, "") and int(float(r["step"])) < self.keep_before_step]
+        last = self.keep_before_step - 1
+        if self.last_row and last >= 0 and not any(int(float(r["step"])) == last for r in rows):
+            rows.append({**{k: str(v) for k, v in self.last_row.items()}, "step": str(last)})
+            header += [k for k in self.last_row if k not in header]
         tmp = path + ".tmp"
         with open(tmp, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=header)
@@ -43,15 +48,17 @@ class _KeepingWriter(ExperimentWriter):
 class RunCSVLogger(CSVLogger):
     """CSVLogger writing `<run_dir>/metrics.csv` directly, resuming instead of truncating."""
 
-    def __init__(self, run_dir: Path, step_offset: int = 0, resume_step: int = 0, flush_logs_every_n_steps: int = 10):
+    def __init__(self, run_dir: Path, step_offset: int = 0, resume_step: int = 0, flush_logs_every_n_steps: int = 10,
+                 last_row: dict | None = None):
         super().__init__(save_dir=str(run_dir), name="", version="", flush_logs_every_n_steps=flush_logs_every_n_steps)
         self.step_offset = step_offset
         self.resume_step = resume_step
+        self.last_row = last_row
 
     @property
     def experiment(self):
         if self._experiment is None:
-            self._experiment = _KeepingWriter(self.log_dir, keep_before_step=self.step_offset + self.resume_step)
+            self._experiment = _KeepingWriter(self.log_dir, self.step_offset + self.resume_step, self.last_row)
         return self._experiment
 
     def log_metrics(self, metrics, step=None):

@@ -92,6 +92,7 @@ class TrainModule(L.LightningModule):
         if self.consumed_batches % self.trainer.accumulate_grad_batches == 0:  # the step's last micro-batch
             step_loss = torch.stack(self._step_losses).mean()
             self._step_losses = []
+            self._last_step_loss = step_loss
             self.log("train/loss", step_loss, prog_bar=True, on_step=True, on_epoch=False, sync_dist=True)
         return loss
 
@@ -112,6 +113,13 @@ class TrainModule(L.LightningModule):
         checkpoint["phase"] = self.phase_name
         checkpoint["consumed_batches"] = self.consumed_batches
         checkpoint["rng"] = collect_rng_states()
+        # Lightning logs a step's metrics after the checkpoint of that step is saved: keep the step's loss in
+        # the checkpoint (core.loggers restores the row if a kill lost it) and flush what was logged so far.
+        if getattr(self, "_last_step_loss", None) is not None:
+            value = self.trainer.strategy.reduce(self._last_step_loss.detach(), reduce_op="mean")
+            checkpoint["last_step_metrics"] = {"train/loss": float(value)}
+        for logger in self.trainer.loggers:
+            logger.save()
         rank, world = _rank_world()
         if world > 1:  # every rank's RNG states (only rank 0 writes the file); all ranks take part in a save
             every = [None] * world

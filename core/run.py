@@ -98,11 +98,12 @@ def micro_batch(cfg: DictConfig, phase: DictConfig, world_size: int) -> tuple[in
     return micro, accumulate
 
 
-def build_loggers(cfg: DictConfig, run_dir: Path, step_offset: int, resume_step: int, name: str) -> list:
+def build_loggers(cfg: DictConfig, run_dir: Path, step_offset: int, resume_step: int, name: str,
+                  last_row: dict | None = None) -> list:
     """metrics.csv plus the trackers `cfg.logger` names; only rank 0 logs (other ranks get none)."""
     if rank_zero_only.rank != 0:
         return []
-    loggers = [RunCSVLogger(run_dir, step_offset=step_offset, resume_step=resume_step)]
+    loggers = [RunCSVLogger(run_dir, step_offset=step_offset, resume_step=resume_step, last_row=last_row)]
     mlflow_cfg = cfg.logger.get("mlflow")
     params = {k: str(v) for k, v in _flatten(OmegaConf.to_container(cfg, resolve=True)).items()}
     if mlflow_cfg:
@@ -165,13 +166,16 @@ def train(cfg: DictConfig) -> dict:
         steps = phase_steps(cfg, phase, datamodule.num_samples)
         module = task.build_module(cfg, phase, model, total_steps=steps)
         resume_step = ckpt_info["global_step"] if resume else 0
-        loggers = build_loggers(cfg, run_dir, step_offset, resume_step, name)
+        loggers = build_loggers(cfg, run_dir, step_offset, resume_step, name,
+                                last_row=ckpt_info.get("last_step_metrics") if resume else None)
         trainer = build_trainer(cfg, phase, run_dir, steps, accumulate, loggers, step_offset=step_offset)
         if main:
             console.print(f"[bold]phase {phase.name}[/]: {steps} steps, global batch {phase.global_batch_size} "
                           f"({micro} x {accumulate} accumulation), trainable {list(phase.trainable)}"
                           + (f", resuming at step {resume_step}" if resume else ""))
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt) if resume else None, weights_only=True)
+        for logger in loggers:  # metrics.csv on disk covers every step the final checkpoint holds
+            logger.save()
         stale = trainer.global_rank == 0 and not _is_current(last_ckpt, trainer.global_step, phase.name)
         if trainer.strategy.broadcast(stale, src=0):
             trainer.save_checkpoint(last_ckpt, weights_only=False)  # every rank takes part in a save
