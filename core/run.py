@@ -174,8 +174,6 @@ def train(cfg: DictConfig) -> dict:
                           f"({micro} x {accumulate} accumulation), trainable {list(phase.trainable)}"
                           + (f", resuming at step {resume_step}" if resume else ""))
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt) if resume else None, weights_only=True)
-        for logger in loggers:  # metrics.csv on disk covers every step the final checkpoint holds
-            logger.save()
         stale = trainer.global_rank == 0 and not _is_current(last_ckpt, trainer.global_step, phase.name)
         if trainer.strategy.broadcast(stale, src=0):
             trainer.save_checkpoint(last_ckpt, weights_only=False)  # every rank takes part in a save

@@ -3,6 +3,7 @@ bad data is counted at the end of the run, sweeps get one directory each and a s
 
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -90,7 +91,7 @@ def test_unknown_choice_fails_with_hydra_list_of_choices():
 
 
 def test_real_encoder_without_network_fails_fast_with_a_clear_message(tmp_path):
-    env = {k: v for k, v in __import__("os").environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens there: the hub is unreachable
     env["HF_HOME"] = str(tmp_path / "hf")  # an empty hub cache
     proc = subprocess.run([sys.executable, "train.py", "encoder=siglip", "backbone=llama", "logger=csv", f"run.root={tmp_path}"],
