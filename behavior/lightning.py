@@ -1,0 +1,109 @@
+"""Lightning wrappers of the behavior policies on the shared core (`python train.py task=behavior`).
+
+`BehaviorTask` is what `conf/task/behavior.yaml` names. Building the model
+reads the demonstrations (collected on first use, `cfg.env.dataset`), fits the
+action tokenizer on the normalised training chunks and writes it to
+`RUN_DIR/tokenizer/` (the weights, with the normalisation statistics as
+buffers, go to `model.safetensors` like every run's). The only part a phase
+trains is `policy`.
+"""
+
+from __future__ import annotations
+
+import torch
+from hydra.utils import instantiate
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
+from rich.console import Console
+
+from behavior.codec import ActionCodec
+from behavior.inference import build_policy, save_policy_spec
+from behavior.dataset import DemoDataset, Demonstrations, build_demonstrations, identity
+from behavior.metaworld import task_names
+from behavior.tokenizers import build_tokenizer
+from core.data import StreamDataModule
+from core.module import TrainModule
+from data.lerobot import read_dataset
+
+console = Console()
+
+
+class BehaviorModule(TrainModule):
+    def parts(self):
+        return {"policy": self.model}
+
+    def compute_loss(self, batch):
+        return self.model.loss(batch)
+
+    def batch_tokens(self, batch) -> int | None:
+        tokens = batch.get("tokens")
+        return None if tokens is None else int((tokens >= 0).sum()) + tokens.shape[0] * self.model.context
+
+    def flops_per_token(self) -> float | None:
+        """6·N per token for the GPT (its sequences are a handful of tokens, so attention is negligible)."""
+        return 6.0 * sum(p.numel() for p in self.model.parameters()) if hasattr(self.model, "codec") else None
+
+
+class BehaviorDataModule(StreamDataModule):
+    def __init__(self, tensors: dict[str, torch.Tensor], micro_batch_size: int, seed: int):
+        super().__init__(micro_batch_size, seed)
+        self.tensors = tensors
+        self.num_samples = len(next(iter(tensors.values())))
+
+    def setup(self, stage: str | None = None) -> None:
+        self.train_dataset = DemoDataset(self.tensors)
+        self.collate_fn = identity
+
+    def report(self) -> dict:
+        return {"samples": self.num_samples}
+
+
+def tokenizer_kwargs(node) -> dict:
+    return {k: v for k, v in node.items() if k not in ("name", "chunk_size")}
+
+
+class BehaviorTask:
+    """Builds the policy and its data for `core.run.train`."""
+
+    def __init__(self, name: str = "behavior", run_name_parts: list | None = None):
+        self.name = name
+        self.demos: Demonstrations | None = None
+        self.tensors: dict[str, torch.Tensor] = {}
+
+    def load_demonstrations(self, cfg) -> Demonstrations:
+        path = instantiate(cfg.env.dataset)
+        data = read_dataset(path)
+        demos = build_demonstrations(data, task_names(cfg.env.tasks), int(cfg.policy.n_obs), int(cfg.tokenizer.chunk_size))
+        console.print(f"demonstrations {path}: {len(data.episodes)} episodes, {len(demos)} samples")
+        return demos
+
+    def build_model(self, cfg):
+        from core.run import run_dir_of
+
+        demos = self.demos = self.load_demonstrations(cfg)
+        chunks = demos.normalised_chunks()
+        tensors = {"states": torch.from_numpy(demos.states), "task": torch.from_numpy(demos.task)}
+        kwargs = dict(state_dim=demos.states.shape[-1], num_tasks=len(task_names(cfg.env.tasks)), n_obs=int(cfg.policy.n_obs))
+        shape = {"action_dim": chunks.shape[-1], "chunk_size": int(cfg.tokenizer.chunk_size)}
+        if cfg.policy.tokenized:
+            codec = ActionCodec(build_tokenizer(cfg.tokenizer.name, **tokenizer_kwargs(cfg.tokenizer)),
+                                shape["chunk_size"], shape["action_dim"]).fit(chunks)
+            ids, offsets = codec.encode(chunks)
+            tensors["tokens"] = torch.from_numpy(ids)
+            if offsets is not None:
+                tensors["offsets"] = torch.from_numpy(offsets)
+            shape["max_tokens"] = codec.max_tokens
+        else:
+            codec = None
+            tensors["actions"] = torch.from_numpy(chunks)
+        policy = build_policy(cfg.policy, kwargs, shape, codec)
+        policy.norm.set(demos.obs_mean, demos.obs_std, demos.normalizer.q01, demos.normalizer.q99)
+        if rank_zero_only.rank == 0:  # what `behavior.load(run_dir)` needs besides the weights
+            save_policy_spec(run_dir_of(cfg), kwargs, shape, codec)
+        self.tensors = tensors
+        return policy
+
+    def build_datamodule(self, cfg, phase, model, micro_batch_size: int, seed: int) -> BehaviorDataModule:
+        return BehaviorDataModule(self.tensors, micro_batch_size, seed)
+
+    def build_module(self, cfg, phase, model, total_steps: int) -> BehaviorModule:
+        return BehaviorModule(model, phase, total_steps)

@@ -1,0 +1,180 @@
+"""Behavior policies (plain `nn.Module`s): a GPT next-action-token predictor and a continuous MLP baseline.
+
+Both read the same inputs: the observation history (B, n_obs, S) — normalised
+here with the dataset's mean/std, stored as buffers so a checkpoint carries
+them — and the task index (B,). Actions are normalised to [-1, 1] with the
+dataset's q01/q99 (`behavior.normalize`) and un-normalised on the way out.
+
+`GPTPolicy`: a causal transformer over [task token, observation tokens, action
+tokens]; it predicts the tokens of an action chunk one at a time (teacher
+forcing in training; a KV cache at inference, greedy or with a temperature).
+For k-means tokens a head also predicts each cluster's residual offset (BeT).
+The transformer is written out (pre-norm blocks on torch's SDPA) rather than
+taken from transformers so that one control step at batch 1 costs a few small
+kernels, not a generation framework's per-token overhead.
+
+`MLPPolicy` (`policy=mlp_bc`): regresses the normalised chunk directly (MSE),
+the continuous behavior-cloning baseline.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from behavior.codec import IGNORE, ActionCodec
+from behavior.normalize import ActionNormalizer
+
+
+class Normalisation(nn.Module):
+    """Observation mean/std and action q01/q99 as buffers (saved with the weights)."""
+
+    def __init__(self, state_dim: int, action_dim: int):
+        super().__init__()
+        self.register_buffer("obs_mean", torch.zeros(state_dim))
+        self.register_buffer("obs_std", torch.ones(state_dim))
+        self.register_buffer("act_q01", -torch.ones(action_dim))
+        self.register_buffer("act_q99", torch.ones(action_dim))
+
+    def set(self, obs_mean, obs_std, act_q01, act_q99) -> None:
+        for name, value in (("obs_mean", obs_mean), ("obs_std", obs_std), ("act_q01", act_q01), ("act_q99", act_q99)):
+            getattr(self, name).copy_(torch.as_tensor(np.asarray(value), dtype=torch.float32))
+
+    def obs(self, states: torch.Tensor) -> torch.Tensor:
+        return ((states - self.obs_mean) / self.obs_std.clamp(min=1e-2)).clamp(-10, 10)
+
+    def actions(self) -> ActionNormalizer:
+        return ActionNormalizer(q01=self.act_q01.double().cpu().numpy(), q99=self.act_q99.double().cpu().numpy())
+
+
+class Block(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, dropout: float):
+        super().__init__()
+        self.n_heads, self.dropout = n_heads, dropout
+        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.qkv, self.proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model), nn.Dropout(dropout))
+
+    def forward(self, x: torch.Tensor, cache: list | None = None) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        if cache is not None:  # [k, v] of the earlier positions, extended in place
+            if cache:
+                k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
+            cache[:] = [k, v]
+        causal = t > 1  # a single new query attends to every cached position
+        if causal and k.shape[2] != t:
+            raise ValueError("multi-token steps on a non-empty cache are not supported")
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=self.dropout if self.training else 0.0)
+        x = x + F.dropout(self.proj(y.transpose(1, 2).reshape(b, t, d)), self.dropout, self.training)
+        return x + self.mlp(self.ln2(x))
+
+
+class GPTPolicy(nn.Module):
+    def __init__(self, codec: ActionCodec, state_dim: int, num_tasks: int, n_obs: int = 1, d_model: int = 128,
+                 n_layers: int = 4, n_heads: int = 4, dropout: float = 0.1):
+        super().__init__()
+        self.codec, self.n_obs, self.state_dim = codec, n_obs, state_dim
+        self.chunk_size, self.action_dim = codec.chunk_size, codec.action_dim
+        self.norm = Normalisation(state_dim, codec.action_dim)
+        self.task_embed = nn.Embedding(num_tasks, d_model)
+        self.obs_embed = nn.Linear(state_dim, d_model)
+        self.token_embed = nn.Embedding(codec.vocab_size, d_model)
+        self.context = 1 + n_obs
+        self.pos_embed = nn.Parameter(torch.zeros(self.context + codec.max_tokens, d_model))
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, dropout) for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, codec.vocab_size)
+        self.offset_head = nn.Linear(d_model, codec.offset_dim) if codec.offset_dim else None
+        nn.init.normal_(self.pos_embed, std=0.02)
+
+    def _context(self, states: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.task_embed(task)[:, None], self.obs_embed(self.norm.obs(states))], 1)
+
+    def _run(self, x: torch.Tensor, start: int, caches: list | None = None) -> torch.Tensor:
+        x = x + self.pos_embed[start : start + x.shape[1]]
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if caches is None else caches[i])
+        return self.ln_f(x)
+
+    def forward(self, states: torch.Tensor, task: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher forcing: hidden states and logits at the positions that predict tokens[:, i] (B, L, ·)."""
+        inputs = tokens[:, :-1].clamp(min=0)  # IGNORE padding sits only after EOS: causally invisible to targets
+        x = torch.cat([self._context(states, task), self.token_embed(inputs)], 1)
+        hidden = self._run(x, 0)[:, self.context - 1 :]
+        return hidden, self.head(hidden)
+
+    def loss(self, batch: dict) -> torch.Tensor:
+        hidden, logits = self(batch["states"], batch["task"], batch["tokens"])
+        loss = F.cross_entropy(logits.flatten(0, 1), batch["tokens"].flatten(), ignore_index=IGNORE)
+        if self.offset_head is not None:  # BeT: the offset of the true cluster at each action token
+            offsets = self.offset_head(hidden).view(*hidden.shape[:2], -1, self.action_dim)
+            picked = offsets.gather(2, batch["tokens"].clamp(min=0)[..., None, None].expand(-1, -1, 1, self.action_dim))[:, :, 0]
+            loss = loss + F.mse_loss(picked, batch["offsets"])
+        return loss
+
+    @torch.no_grad()
+    def generate(self, states: torch.Tensor, task: torch.Tensor, temperature: float = 0.0,
+                 generator: torch.Generator | None = None) -> tuple[list[list[int]], np.ndarray | None]:
+        """Action-chunk tokens with a KV cache: greedy (temperature 0) or sampled. Returns (ids per row, offsets)."""
+        codec, batch = self.codec, states.shape[0]
+        caches = [[] for _ in self.blocks]
+        hidden = self._run(self._context(states, task), 0, caches)[:, -1:]
+        ids, offsets, done = [], [], torch.zeros(batch, dtype=torch.bool, device=states.device)
+        for i in range(codec.max_tokens):
+            logits = self.head(hidden[:, 0]).float()
+            if codec.fixed_length:
+                logits[:, codec.eos_id] = -torch.inf
+            elif i == codec.max_tokens - 1:
+                logits[:] = -torch.inf
+                logits[:, codec.eos_id] = 0
+            if temperature > 0:
+                token = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator)[:, 0]
+            else:
+                token = logits.argmax(-1)
+            token = torch.where(done, torch.full_like(token, codec.eos_id), token)
+            if self.offset_head is not None:
+                table = self.offset_head(hidden[:, 0]).view(batch, -1, self.action_dim)
+                offsets.append(table[torch.arange(batch), token.clamp(max=table.shape[1] - 1)])
+            ids.append(token)
+            done |= token == codec.eos_id
+            if bool(done.all()) or i == codec.max_tokens - 1:
+                break
+            hidden = self._run(self.token_embed(token)[:, None], self.context + i, caches)
+        rows = torch.stack(ids, 1).tolist()
+        return rows, (torch.stack(offsets, 1).cpu().numpy() if offsets else None)
+
+    @torch.no_grad()
+    def act(self, states: torch.Tensor, task: torch.Tensor, temperature: float = 0.0,
+            generator: torch.Generator | None = None) -> np.ndarray:
+        """Raw observation history (B, n_obs, S) → un-normalised action chunk (B, H, D)."""
+        ids, offsets = self.generate(states, task, temperature, generator)
+        return self.norm.actions().unnormalize(self.codec.decode(ids, offsets))
+
+
+class MLPPolicy(nn.Module):
+    def __init__(self, state_dim: int, num_tasks: int, action_dim: int, chunk_size: int = 1, n_obs: int = 1,
+                 hidden: int = 512, n_layers: int = 3, dropout: float = 0.0):
+        super().__init__()
+        self.n_obs, self.state_dim, self.chunk_size, self.action_dim = n_obs, state_dim, chunk_size, action_dim
+        self.num_tasks = num_tasks
+        self.norm = Normalisation(state_dim, action_dim)
+        layers, width = [], n_obs * state_dim + num_tasks
+        for _ in range(n_layers):
+            layers += [nn.Linear(width, hidden), nn.GELU(), nn.Dropout(dropout)]
+            width = hidden
+        self.net = nn.Sequential(*layers, nn.Linear(width, chunk_size * action_dim))
+
+    def forward(self, states: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([self.norm.obs(states).flatten(1), F.one_hot(task, self.num_tasks).to(states.dtype)], 1)
+        return self.net(x).view(-1, self.chunk_size, self.action_dim)
+
+    def loss(self, batch: dict) -> torch.Tensor:
+        return F.mse_loss(self(batch["states"], batch["task"]), batch["actions"])
+
+    @torch.no_grad()
+    def act(self, states: torch.Tensor, task: torch.Tensor, temperature: float = 0.0, generator=None) -> np.ndarray:
+        chunk = self(states, task).clamp(-1, 1).double().cpu().numpy()
+        return self.norm.actions().unnormalize(chunk)

@@ -1,0 +1,147 @@
+"""Rollouts of a trained policy in Meta-World: `python evaluate.py task=behavior run=RUN_DIR episodes_per_task=N`.
+
+Every task gets `envs_per_task` envs built with the evaluation benchmark seed
+(`env.eval_seed`, disjoint from the demonstrations' seeds, so the goal/object
+configurations are held out); episode j of a task starts from configuration j
+of that seed. All envs step in lockstep and the policy acts on the whole batch
+at once. An episode is a success if `info["success"]` is ever 1 within the
+horizon (it ends there); its length is the steps taken until then.
+
+Action chunks are executed open loop (`execution=open_loop`: a new chunk every
+H steps) or with temporal ensembling (`execution=ensemble`: a chunk every
+step, each step's action the exponentially weighted mean, weights exp(-m·i)
+with i = 0 for the oldest prediction, as in ACT).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict, deque
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+from rich.console import Console
+from rich.table import Table
+
+from behavior.metaworld import HORIZON, make_env, select_config, task_names
+
+console = Console()
+
+
+class Agent:
+    """Keeps each env's observation history and pending actions; `act` returns one action per env."""
+
+    def __init__(self, policy, n_envs: int, execution: str = "open_loop", ensemble_decay: float = 0.01,
+                 temperature: float = 0.0, seed: int = 0):
+        if execution not in ("open_loop", "ensemble"):
+            raise ValueError(f"execution must be open_loop or ensemble, not {execution!r}")
+        self.policy, self.execution, self.decay, self.temperature = policy, execution, ensemble_decay, temperature
+        self.n_obs, self.chunk = policy.n_obs, policy.chunk_size
+        self.generator = torch.Generator().manual_seed(seed)
+        self.history = [deque(maxlen=self.n_obs) for _ in range(n_envs)]
+        self.pending: list[list] = [[] for _ in range(n_envs)]  # open loop: actions left; ensemble: (age, chunk)
+
+    def reset(self, env: int, obs: np.ndarray) -> None:
+        self.history[env].clear()
+        self.history[env].extend([obs] * self.n_obs)
+        self.pending[env] = []
+
+    def act(self, envs: list[int], task: list[int], obs: list[np.ndarray]) -> np.ndarray:
+        for e, o in zip(envs, obs):
+            self.history[e].append(o)
+        need = [i for i, e in enumerate(envs) if self.execution == "ensemble" or not self.pending[e]]
+        if need:
+            states = torch.from_numpy(np.stack([np.stack(self.history[envs[i]]) for i in need])).float()
+            chunks = self.policy.act(states, torch.as_tensor([task[i] for i in need]), self.temperature, self.generator)
+            for i, chunk in zip(need, chunks):
+                e = envs[i]
+                if self.execution == "open_loop":
+                    self.pending[e] = list(chunk)
+                else:
+                    self.pending[e] = [(age + 1, c) for age, c in self.pending[e] if age + 1 < self.chunk] + [(0, chunk)]
+        actions = []
+        for e in envs:
+            if self.execution == "open_loop":
+                actions.append(self.pending[e].pop(0))
+            else:  # oldest prediction first: weight exp(-m * i)
+                preds = sorted(self.pending[e], key=lambda p: -p[0])
+                values = np.stack([c[age] for age, c in preds])
+                weights = np.exp(-self.decay * np.arange(len(values)))
+                actions.append((weights[:, None] * values).sum(0) / weights.sum())
+        return np.clip(np.stack(actions), -1.0, 1.0).astype(np.float32)
+
+
+def rollout(policy, tasks: list[str], episodes_per_task: int, eval_seed: int, horizon: int = HORIZON,
+            envs_per_task: int = 1, execution: str = "open_loop", temperature: float = 0.0, seed: int = 0) -> dict:
+    """Success rate (percent) per task and overall, and the mean episode length."""
+    slots = [(t, k) for t in range(len(tasks)) for k in range(envs_per_task)]
+    envs = [make_env(tasks[t], eval_seed) for t, _ in slots]
+    agent = Agent(policy, len(envs), execution=execution, temperature=temperature, seed=seed)
+    queue = {t: deque(range(episodes_per_task)) for t in range(len(tasks))}
+    successes, lengths = defaultdict(list), []
+    state: dict[int, dict] = {}
+
+    def start(slot: int) -> None:
+        task = slots[slot][0]
+        if queue[task]:
+            obs = select_config(envs[slot], queue[task].popleft())
+            agent.reset(slot, obs)
+            state[slot] = {"obs": obs, "steps": 0}
+
+    for slot in range(len(envs)):
+        start(slot)
+    while state:
+        active = sorted(state)
+        actions = agent.act(active, [slots[s][0] for s in active], [state[s]["obs"] for s in active])
+        for slot, action in zip(active, actions):
+            obs, _, terminated, truncated, info = envs[slot].step(action)
+            st = state[slot]
+            st["obs"], st["steps"] = np.asarray(obs, dtype=np.float32), st["steps"] + 1
+            success = bool(info["success"])
+            if success or terminated or truncated or st["steps"] >= horizon:
+                successes[slots[slot][0]].append(success)
+                lengths.append(st["steps"])
+                del state[slot]
+                start(slot)
+    for env in envs:
+        env.close()
+    per_task = {tasks[t]: 100.0 * float(np.mean(v)) for t, v in sorted(successes.items())}
+    return {"success_rate": float(np.mean(list(per_task.values()))), "per_task": per_task,
+            "mean_episode_length": float(np.mean(lengths)), "episodes": len(lengths)}
+
+
+class RolloutBenchmark:
+    """`benchmark=rollouts` (what `evaluate.py task=behavior` picks): roll out the run's policy in its env."""
+
+    def __init__(self, name: str = "rollouts", **_):
+        self.name = name
+
+    def __call__(self, run_dir: Path, cfg) -> dict:
+        from behavior.inference import load
+
+        if cfg.get("threads"):
+            torch.set_num_threads(int(cfg.threads))
+        run_cfg = OmegaConf.load(Path(run_dir) / "config.yaml")
+        if run_cfg.task.get("name") != "behavior":
+            raise ValueError(f"{run_dir} is a {run_cfg.task.get('name')!r} run; rollouts need a behavior run (task=behavior)")
+        policy = load(run_dir)
+        tasks = task_names(cfg.get("tasks") or run_cfg.env.tasks)
+        start = time.perf_counter()
+        metrics = rollout(policy, tasks, int(cfg.episodes_per_task), int(cfg.get("eval_seed") or run_cfg.env.eval_seed),
+                          horizon=int(run_cfg.env.horizon), envs_per_task=int(cfg.envs_per_task),
+                          execution=str(cfg.execution), temperature=float(cfg.temperature), seed=int(cfg.seed))
+        metrics["seconds"] = round(time.perf_counter() - start, 1)
+        print_table(metrics)
+        return metrics
+
+
+def print_table(metrics: dict) -> None:
+    table = Table(title=f"success over {metrics['episodes']} episodes")
+    table.add_column("task")
+    table.add_column("success %", justify="right")
+    for task, rate in metrics["per_task"].items():
+        table.add_row(task, f"{rate:.1f}")
+    table.add_row("[bold]mean[/]", f"[bold]{metrics['success_rate']:.1f}[/]")
+    console.print(table)
