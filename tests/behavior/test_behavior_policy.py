@@ -1,0 +1,130 @@
+"""The behavior task end to end on real Meta-World demonstrations: collection, a few training steps per
+tokenizer (and the MLP baseline), loading the run back, KV-cache generation, and rollouts."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from behavior.codec import ActionCodec
+from behavior.inference import load
+from behavior.metaworld import make_env, run_expert
+from behavior.policy import GPTPolicy
+from behavior.tokenizers import build_tokenizer
+from core.run import evaluate, train
+from data.lerobot import read_dataset
+from tests.conftest import compose_cfg
+
+
+def test_collected_demonstrations_are_successful_clipped_and_reproducible(reach_demos):
+    data = read_dataset(reach_demos)
+    assert data.tasks == ["reach-v3"] and len(data.episodes) == 5
+    frames = data.frames()
+    assert np.abs(frames["action"]).max() <= 1.0
+    assert frames["observation.state"].shape[1] == 39
+    first = data.episode(0)
+    assert bool(first["next.success"][-1]) and not first["next.success"][:-1].any()  # ends at the first success
+    episode = data.episodes[0]
+    replay = run_expert(make_env("reach-v3", episode["benchmark_seed"]), "reach-v3", episode["config_index"],
+                        episode["benchmark_seed"])
+    np.testing.assert_allclose(replay.actions, first["action"], atol=1e-6)  # seeds recorded: the episode replays
+    for stat in ("min", "max", "mean", "std", "q01", "q99"):
+        assert stat in data.stats["action"]
+
+
+@pytest.mark.parametrize("tokenizer", ["openvla", "uniform", "quantile", "kmeans", "fast"])
+def test_a_tiny_policy_trains_per_tokenizer_and_loads_back(behavior_cfg, tokenizer):
+    chunk = 4 if tokenizer == "fast" else 1
+    cfg = behavior_cfg(f"tokenizer={tokenizer}", f"tokenizer.chunk_size={chunk}", "stage.phases.bc.max_steps=4",
+                       "stage.phases.bc.global_batch_size=16", f"run.name={tokenizer}")
+    if tokenizer == "kmeans":
+        cfg.tokenizer.k = 8
+    results = train(cfg)
+    assert np.isfinite(results["bc/train_loss"])
+    policy = load(results["run_dir"])
+    assert isinstance(policy, GPTPolicy) and policy.codec.tokenizer.name == tokenizer
+    states = torch.randn(3, 1, 39)
+    actions = policy.act(states, torch.zeros(3, dtype=torch.long))
+    assert actions.shape == (3, chunk, 4) and np.isfinite(actions).all()
+
+
+def test_mlp_baseline_trains_and_loads_back(behavior_cfg):
+    results = train(behavior_cfg("policy=mlp_bc", "stage.phases.bc.max_steps=20", "stage.phases.bc.global_batch_size=16",
+                                 "run.name=mlp", "policy.hidden=32"))
+    policy = load(results["run_dir"])
+    actions = policy.act(torch.randn(2, 1, 39), torch.zeros(2, dtype=torch.long))
+    assert actions.shape == (2, 1, 4)
+
+
+def _policy(tokenizer: str, chunk: int, **kw) -> GPTPolicy:
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    chunks = np.clip(np.cumsum(rng.normal(0, 0.2, (64, chunk, 4)), 1), -1, 1)
+    codec = ActionCodec(build_tokenizer(tokenizer, **kw), chunk, 4).fit(chunks)
+    return GPTPolicy(codec, state_dim=39, num_tasks=3, d_model=32, n_layers=2, n_heads=2).eval()
+
+
+@pytest.mark.parametrize("tokenizer,chunk,kw", [("uniform", 2, {}), ("fast", 4, {"bpe_vocab_size": 64}), ("kmeans", 2, {"k": 8})])
+def test_kv_cache_generation_equals_full_recompute(tokenizer, chunk, kw):
+    policy = _policy(tokenizer, chunk, **kw)
+    states, task = torch.randn(4, 1, 39), torch.tensor([0, 1, 2, 0])
+    ids, _ = policy.generate(states, task)
+    codec = policy.codec
+    for row in range(4):  # greedy decoding by re-running the whole sequence for every token
+        seq: list[int] = []
+        for i in range(codec.max_tokens):
+            tokens = torch.tensor([seq + [0]])
+            logits = policy(states[row : row + 1], task[row : row + 1], tokens)[1][0, -1]
+            if codec.fixed_length:
+                logits[codec.eos_id] = -torch.inf
+            elif i == codec.max_tokens - 1:
+                logits[:] = -torch.inf
+                logits[codec.eos_id] = 0
+            seq.append(int(logits.argmax()))
+            if seq[-1] == codec.eos_id:
+                break
+        assert ids[row][: len(seq)] == seq
+
+
+def test_teacher_forcing_targets_do_not_see_their_own_token():
+    policy = _policy("uniform", 1)
+    states, task = torch.randn(2, 1, 39), torch.tensor([0, 1])
+    a = policy(states, task, torch.tensor([[5, 6, 7, 8], [1, 2, 3, 4]]))[1]
+    b = policy(states, task, torch.tensor([[5, 6, 7, 99], [1, 2, 3, 200]]))[1]
+    torch.testing.assert_close(a, b)  # the last token is a target only, never an input
+    c = policy(states, task, torch.tensor([[5, 6, 70, 8], [1, 2, 3, 4]]))[1]
+    torch.testing.assert_close(a[:, :3], c[:, :3])
+    assert not torch.allclose(a[0, 3], c[0, 3])
+
+
+def test_short_rollout_on_a_real_task_writes_success_rate_and_per_task(behavior_cfg):
+    cfg = behavior_cfg("stage.phases.bc.max_steps=2", "stage.phases.bc.global_batch_size=16", "run.name=roll",
+                       "env.horizon=15")
+    run_dir = train(cfg)["run_dir"]
+    ecfg = compose_cfg("benchmark=rollouts", f"run={run_dir}", "episodes_per_task=2", "envs_per_task=2", config="eval")
+    metrics = evaluate(ecfg)
+    assert set(metrics["per_task"]) == {"reach-v3"}
+    assert 0.0 <= metrics["success_rate"] <= 100.0 and metrics["episodes"] == 2
+    assert metrics["mean_episode_length"] <= 15
+    saved = json.loads((run_dir_path := __import__("pathlib").Path(run_dir)).joinpath("results.json").read_text())
+    assert saved["success_rate"] == metrics["success_rate"] and saved["per_task"] == metrics["per_task"]
+    assert run_dir_path.name == "roll"
+
+
+@pytest.mark.parametrize("group", ["tokenizer", "policy", "env"])
+def test_every_behavior_option_composes_and_names_the_run(group):
+    from omegaconf import OmegaConf
+
+    from core.run import run_name
+    from tests.conftest import CONF
+
+    for option in sorted(p.stem for p in (CONF / group).glob("*.yaml")):
+        cfg = compose_cfg("task=behavior", f"{group}={option}")
+        OmegaConf.resolve(cfg)
+        assert cfg[group].name == option
+        assert run_name(cfg).startswith("behavior-")
+        if group == "tokenizer":  # every tokenizer config builds through the registry
+            build_tokenizer(cfg.tokenizer.name, **{k: v for k, v in cfg.tokenizer.items() if k not in ("name", "chunk_size")})
