@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo demo-behavior test install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,9 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
+
+demo-behavior: $(STAMP)
+	$(BIN)/python scripts/demo_behavior.py
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

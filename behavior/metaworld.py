@@ -36,16 +36,18 @@ def task_names(tasks) -> list[str]:
     return [str(t) for t in tasks]
 
 
-def make_env(task: str, benchmark_seed: int):
+def make_env(task: str, benchmark_seed: int, render: bool = False):
     """One MT1 env of `task` whose 50 configurations are fixed by `benchmark_seed`; configurations are chosen
-    explicitly with `select_config`, never sampled on reset."""
+    explicitly with `select_config`, never sampled on reset. `render=True` makes `env.render()` return RGB frames
+    (MuJoCo needs an OpenGL backend: MUJOCO_GL=egl on GPU machines, osmesa on CPU-only ones)."""
     import gymnasium as gym
     import metaworld  # noqa: F401  (registers the Meta-World/* envs)
 
     warnings.filterwarnings("ignore", module=r"gymnasium\.utils\.passive_env_checker")
     warnings.filterwarnings("ignore", message=r"Constant\(s\) may be too high")
     try:
-        env = gym.make("Meta-World/MT1", env_name=task, seed=benchmark_seed, disable_env_checker=True)
+        env = gym.make("Meta-World/MT1", env_name=task, seed=benchmark_seed, disable_env_checker=True,
+                       **({"render_mode": "rgb_array"} if render else {}))
     except Exception as err:
         raise ValueError(f"unknown Meta-World task {task!r} ({err}); e.g. {MT10[:3]}") from err
     env.get_wrapper_attr("toggle_sample_tasks_on_reset")(False)

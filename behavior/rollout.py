@@ -11,6 +11,10 @@ Action chunks are executed open loop (`execution=open_loop`: a new chunk every
 H steps) or with temporal ensembling (`execution=ensemble`: a chunk every
 step, each step's action the exponentially weighted mean, weights exp(-m·i)
 with i = 0 for the oldest prediction, as in ACT).
+
+`videos=N` records the first N episodes of each task as GIFs in
+`RUN_DIR/videos/` (MuJoCo rendering needs an OpenGL backend, see
+`behavior.metaworld.make_env`).
 """
 
 from __future__ import annotations
@@ -74,10 +78,11 @@ class Agent:
 
 
 def rollout(policy, tasks: list[str], episodes_per_task: int, eval_seed: int, horizon: int = HORIZON,
-            envs_per_task: int = 1, execution: str = "open_loop", temperature: float = 0.0, seed: int = 0) -> dict:
+            envs_per_task: int = 1, execution: str = "open_loop", temperature: float = 0.0, seed: int = 0,
+            videos: int = 0, video_dir: Path | None = None) -> dict:
     """Success rate (percent) per task and overall, and the mean episode length."""
     slots = [(t, k) for t in range(len(tasks)) for k in range(envs_per_task)]
-    envs = [make_env(tasks[t], eval_seed) for t, _ in slots]
+    envs = [make_env(tasks[t], eval_seed, render=videos > 0 and k == 0) for t, k in slots]
     agent = Agent(policy, len(envs), execution=execution, temperature=temperature, seed=seed)
     queue = {t: deque(range(episodes_per_task)) for t in range(len(tasks))}
     successes, lengths = defaultdict(list), []
@@ -86,9 +91,11 @@ def rollout(policy, tasks: list[str], episodes_per_task: int, eval_seed: int, ho
     def start(slot: int) -> None:
         task = slots[slot][0]
         if queue[task]:
-            obs = select_config(envs[slot], queue[task].popleft())
+            config = queue[task].popleft()
+            obs = select_config(envs[slot], config)
             agent.reset(slot, obs)
-            state[slot] = {"obs": obs, "steps": 0}
+            record = slots[slot][1] == 0 and config < videos
+            state[slot] = {"obs": obs, "steps": 0, "config": config, "frames": [render(envs[slot])] if record else None}
 
     for slot in range(len(envs)):
         start(slot)
@@ -100,9 +107,13 @@ def rollout(policy, tasks: list[str], episodes_per_task: int, eval_seed: int, ho
             st = state[slot]
             st["obs"], st["steps"] = np.asarray(obs, dtype=np.float32), st["steps"] + 1
             success = bool(info["success"])
+            if st["frames"] is not None:
+                st["frames"].append(render(envs[slot]))
             if success or terminated or truncated or st["steps"] >= horizon:
                 successes[slots[slot][0]].append(success)
                 lengths.append(st["steps"])
+                if st["frames"] is not None:
+                    save_gif(st["frames"], Path(video_dir or "videos") / f"{tasks[slots[slot][0]]}-{st['config']:02d}.gif")
                 del state[slot]
                 start(slot)
     for env in envs:
@@ -110,6 +121,24 @@ def rollout(policy, tasks: list[str], episodes_per_task: int, eval_seed: int, ho
     per_task = {tasks[t]: 100.0 * float(np.mean(v)) for t, v in sorted(successes.items())}
     return {"success_rate": float(np.mean(list(per_task.values()))), "per_task": per_task,
             "mean_episode_length": float(np.mean(lengths)), "episodes": len(lengths)}
+
+
+def render(env) -> np.ndarray:
+    try:
+        return env.render()
+    except Exception as err:
+        raise RuntimeError(f"MuJoCo could not render ({type(err).__name__}: {err}); videos need an OpenGL backend: "
+                           "set MUJOCO_GL=egl (GPU) or MUJOCO_GL=osmesa (CPU, with libOSMesa installed), or run without videos") from err
+
+
+def save_gif(frames: list[np.ndarray], path: Path, fps: int = 40) -> None:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    images = [Image.fromarray(np.asarray(f, dtype=np.uint8)) for f in frames[::2]]  # every other frame
+    tmp = path.with_name(path.name + ".tmp")
+    images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:], duration=int(2000 / fps), loop=0)
+    tmp.replace(path)
 
 
 class RolloutBenchmark:
@@ -131,7 +160,8 @@ class RolloutBenchmark:
         start = time.perf_counter()
         metrics = rollout(policy, tasks, int(cfg.episodes_per_task), int(cfg.get("eval_seed") or run_cfg.env.eval_seed),
                           horizon=int(run_cfg.env.horizon), envs_per_task=int(cfg.envs_per_task),
-                          execution=str(cfg.execution), temperature=float(cfg.temperature), seed=int(cfg.seed))
+                          execution=str(cfg.execution), temperature=float(cfg.temperature), seed=int(cfg.seed),
+                          videos=int(cfg.get("videos", 0)), video_dir=Path(run_dir) / "videos")
         metrics["seconds"] = round(time.perf_counter() - start, 1)
         print_table(metrics)
         return metrics

@@ -128,3 +128,21 @@ def test_every_behavior_option_composes_and_names_the_run(group):
         assert run_name(cfg).startswith("behavior-")
         if group == "tokenizer":  # every tokenizer config builds through the registry
             build_tokenizer(cfg.tokenizer.name, **{k: v for k, v in cfg.tokenizer.items() if k not in ("name", "chunk_size")})
+
+
+def test_rollout_records_requested_videos(behavior_cfg, monkeypatch, tmp_path):
+    """Rendering needs an OpenGL backend this machine lacks: frames come from a stand-in `render`, the
+    rest (which episodes are recorded, the GIF written) is the real code."""
+    import behavior.rollout as rollout_mod
+    from PIL import Image
+
+    run_dir = train(behavior_cfg("stage.phases.bc.max_steps=1", "stage.phases.bc.global_batch_size=16", "run.name=vid"))["run_dir"]
+    monkeypatch.setattr(rollout_mod, "make_env", lambda task, seed, render=False: make_env(task, seed))
+    counter = iter(range(0, 250, 10))  # distinct frames (a GIF merges identical consecutive ones)
+    monkeypatch.setattr(rollout_mod, "render", lambda env: np.full((8, 8, 3), next(counter), dtype=np.uint8))
+    metrics = rollout_mod.rollout(load(run_dir), ["reach-v3"], 2, 1000, horizon=6, videos=1, video_dir=tmp_path / "v")
+    assert metrics["episodes"] == 2
+    gifs = sorted(p.name for p in (tmp_path / "v").iterdir())
+    assert gifs == ["reach-v3-00.gif"]  # only the first episode of the task
+    with Image.open(tmp_path / "v" / gifs[0]) as gif:
+        assert gif.n_frames == 4  # 7 frames (reset + 6 steps), every other one kept
