@@ -10,11 +10,16 @@ gradient accumulation would see, in the same grouping. A resumed run therefore c
 sample where the checkpoint stopped: `StreamDataModule` starts the stream at
 `module.consumed_batches * micro_batch_size`, which the module restores from
 the checkpoint before the dataloader is built.
+
+`GroupedStreamSampler` keeps all of that and only changes each epoch's order:
+micro-batch blocks of one group (e.g. one modality) and similar length, so
+padding stays low; a data module turns it on by setting `lengths` (and
+`group_keys`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import lightning as L
 import torch
@@ -50,11 +55,50 @@ class StreamSampler(Sampler[int]):
             k += 1
 
 
+class GroupedStreamSampler(StreamSampler):
+    """A `StreamSampler` whose epoch order is made of whole blocks (micro-batches) of one group and similar length.
+
+    Epoch `e` (seeded by `(seed, e)`, like the plain stream, so resuming stays exact): each group's samples
+    in a random order are cut into megabatches of `megabatch` blocks; each megabatch is sorted by length
+    (longest first) and cut into blocks; the full blocks of all groups are shuffled together, and the few
+    leftovers (less than a block per group) close the epoch. Blocks line up with the ranks' micro-batches
+    when the dataset size is a multiple of the block (else one block per epoch boundary straddles two
+    epochs). Like LLaVA's modality/length-grouped sampler."""
+
+    def __init__(self, lengths: Sequence[int], groups: Sequence[int] | None = None, megabatch: int = 50, **kwargs):
+        super().__init__(len(lengths), **kwargs)
+        self.lengths = torch.as_tensor(list(lengths), dtype=torch.long)
+        self.groups = torch.as_tensor(list(groups) if groups is not None else [0] * len(lengths), dtype=torch.long)
+        if self.groups.shape != self.lengths.shape:
+            raise ValueError(f"{len(self.groups)} group keys for {len(self.lengths)} lengths")
+        self.megabatch = megabatch
+
+    def _epoch_order(self, epoch: int) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        perm = torch.randperm(self.size, generator=gen) if self.shuffle else torch.arange(self.size)
+        blocks, rest = [], []
+        span = self.block * self.megabatch
+        for group in torch.unique(self.groups).tolist():
+            members = perm[self.groups[perm] == group]
+            for start in range(0, len(members), span):
+                mega = members[start : start + span]
+                mega = mega[torch.argsort(self.lengths[mega], descending=True, stable=True)]
+                for chunk in mega.split(self.block):
+                    (blocks if len(chunk) == self.block else rest).append(chunk)
+        if self.shuffle:
+            blocks = [blocks[i] for i in torch.randperm(len(blocks), generator=gen).tolist()]
+        tail = torch.cat(rest) if rest else perm[:0]
+        return torch.cat([*blocks, tail[torch.argsort(self.lengths[tail], descending=True, stable=True)]])
+
+
 class StreamDataModule(L.LightningDataModule):
-    """Base data module: subclasses set `self.train_dataset` and `self.collate_fn` in `setup`."""
+    """Base data module: subclasses set `self.train_dataset` and `self.collate_fn` in `setup`, and may set
+    `self.lengths` (and `self.group_keys`), one per sample, to group micro-batches (`GroupedStreamSampler`)."""
 
     train_dataset: Dataset
     collate_fn: Callable | None = None
+    lengths: Sequence[int] | None = None
+    group_keys: Sequence[int] | None = None
 
     def __init__(self, micro_batch_size: int, seed: int, num_workers: int = 0):
         super().__init__()
@@ -64,14 +108,17 @@ class StreamDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         consumed = getattr(self.trainer.lightning_module, "consumed_batches", 0) if self.trainer else 0
-        sampler = StreamSampler(
-            len(self.train_dataset),
+        stream = dict(
             seed=self.seed,
             start=consumed * self.micro_batch_size,
             rank=self.trainer.global_rank if self.trainer else 0,
             world_size=self.trainer.world_size if self.trainer else 1,
             block=self.micro_batch_size,
         )
+        if self.lengths is None:
+            sampler = StreamSampler(len(self.train_dataset), **stream)
+        else:
+            sampler = GroupedStreamSampler(self.lengths, self.group_keys, **stream)
         return DataLoader(
             self.train_dataset,
             batch_size=self.micro_batch_size,

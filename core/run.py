@@ -146,7 +146,9 @@ def train(cfg: DictConfig) -> dict:
 
         console.print(f"fp8: {len(apply_fp8(model, int(cfg.trainer.get('fp8_min_features', 1024))))} linear layers converted")
     if cfg.get("init_from") and not progress["completed"] and not last_ckpt.exists():
-        load_model(model, str(Path(cfg.init_from) / "model.safetensors"))  # start from another run's weights
+        # start from another run's weights, or from a checkpoint the task itself recognises (VLM: an HF Llava folder)
+        if not (hasattr(task, "init_from") and task.init_from(model, cfg.init_from)):
+            load_model(model, str(Path(cfg.init_from) / "model.safetensors"))
     results: dict = {"run_dir": str(run_dir)}
     step_offset = 0
     loggers: list = []

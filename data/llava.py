@@ -4,9 +4,16 @@ Format: a JSON list of records `{"id", "image" (optional: path relative to the
 image root, or a list of paths), "conversations": [{"from": "human"|"gpt",
 "value": str}, ...]}` with turns alternating human, gpt, human, ...
 
+Images and `<image>` placeholders: a record with several images has exactly
+one `<image>` in its human turns per image, in the order of its `image` list
+(each image goes where its placeholder is); a single image may have one
+placeholder or none (it goes first); a text-only record has none; gpt turns
+have none.
+
 Bad input never passes silently: a record with a missing or unreadable image,
 turns that do not alternate, an empty conversation list, or a malformed field
-raises `DataError` naming the file, the record id and the fix — or, with
+raises `DataError` naming the file, the record id and the fix (also for a
+placeholder count that does not match the images) — or, with
 `skip_bad=True`, is skipped and counted by reason (the caller prints the
 counts). A file that is not a JSON list of records is always an error.
 """
@@ -18,6 +25,8 @@ from collections import Counter
 from pathlib import Path
 
 from PIL import Image
+
+IMAGE_TOKEN = "<image>"
 
 
 class DataError(ValueError):
@@ -49,6 +58,9 @@ def check_record(record: object, image_root: Path) -> str | None:
     image = record.get("image")
     if image is not None and not (isinstance(image, str) or (isinstance(image, list) and all(isinstance(x, str) for x in image))):
         return "has an 'image' that is neither a path nor a list of paths"
+    problem = check_placeholders(conversations, len(record_images(record)))
+    if problem:
+        return problem
     for rel in record_images(record):
         path = image_root / rel
         if not path.is_file():
@@ -59,6 +71,17 @@ def check_record(record: object, image_root: Path) -> str | None:
         except Exception as err:
             return f"image file {path} is unreadable ({type(err).__name__}: {err})"
     return None
+
+
+def check_placeholders(conversations: list[dict], num_images: int) -> str | None:
+    """The mismatch between a conversation's `<image>` placeholders and its images, or None."""
+    if any(IMAGE_TOKEN in t["value"] for t in conversations[1::2]):
+        return f"has an {IMAGE_TOKEN} placeholder in a gpt turn; placeholders belong in human turns"
+    count = sum(t["value"].count(IMAGE_TOKEN) for t in conversations[0::2])
+    if count == num_images or (num_images == 1 and count == 0):
+        return None
+    return (f"has {num_images} image(s) but {count} {IMAGE_TOKEN} placeholder(s) in its human turns; "
+            f"put exactly one {IMAGE_TOKEN} per image where it belongs")
 
 
 def load_llava(json_path: str | Path, image_root: str | Path, skip_bad: bool = False) -> tuple[list[dict], Counter]:
@@ -90,6 +113,8 @@ def _reason(problem: str) -> str:
     """A short reason key for the skip counter (drops the record-specific path)."""
     if problem.startswith("image file"):
         return "missing image" if "does not exist" in problem else "unreadable image"
+    if IMAGE_TOKEN in problem:
+        return "image placeholders do not match images"
     if problem.startswith("turn"):
         return "turns do not alternate human/gpt"
     return problem

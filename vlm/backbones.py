@@ -4,6 +4,10 @@ A backbone is a hub id or a local folder written by `save_pretrained`; the tiny
 flavours are real local checkpoints loaded the same way. A tokenizer without a
 pad token gets one, and the embeddings are resized (to a multiple of 64).
 `trust_remote_code` stays off unless the config turns it on.
+`gradient_checkpointing=True` turns on HF activation checkpointing
+(use_reentrant=False) of the decoder layers; HF applies it only while the model
+is in training mode, i.e. in phases that train the backbone (a frozen part is
+kept in eval mode).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ class HFBackbone(nn.Module):
         max_length: int = 2048,
         trust_remote_code: bool = False,
         attn_implementation: str | None = "sdpa",
+        gradient_checkpointing: bool = False,
     ):
         super().__init__()
         offline_unless_reachable(model_id)
@@ -44,11 +49,15 @@ class HFBackbone(nn.Module):
         if len(self.tokenizer) > self.model.get_input_embeddings().num_embeddings:
             self.model.resize_token_embeddings(len(self.tokenizer), pad_to_multiple_of=pad_to_multiple_of)
         self.tokenizer.padding_side = "right"
+        if gradient_checkpointing:
+            self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         self.hidden_size = self.model.config.hidden_size
         self.max_length = max_length
         self.prompt_format = build_prompt_format(prompt_format, self.tokenizer)
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """What the model's own embedding layer gives (Gemma's includes its sqrt(hidden) scale, which the model
+        does not apply again to `inputs_embeds`), so spliced image patches enter the decoder unscaled."""
         return self.model.get_input_embeddings()(input_ids)
 
     def forward(self, **kwargs):

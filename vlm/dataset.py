@@ -5,12 +5,17 @@ format, so every count is known before training starts: a sample whose
 assistant tokens are all cut off by the length limit is dropped from training
 and counted (`truncated_no_targets`), never trained on silently. Images are
 read and transformed lazily in `__getitem__`.
+
+Images: a sample carries its image paths and, per image, the index in
+`input_ids` its patches are spliced in front of (`image_positions`; one image:
+right after BOS, as `PromptFormat.build_with_images` decides). The collator
+stacks all the images of a batch in row order and pads the positions with -1.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -26,7 +31,12 @@ class Sample:
     id: str
     input_ids: list[int]
     labels: list[int]
-    image: Path | None
+    images: list[Path] = field(default_factory=list)
+    image_positions: list[int] = field(default_factory=list)  # where each image's patches go in input_ids
+
+    @property
+    def image(self) -> Path | None:
+        return self.images[0] if self.images else None
 
 
 def tokenize_records(records: list[dict], prompt_format, image_root: Path, max_length: int, num_patches: int,
@@ -34,24 +44,30 @@ def tokenize_records(records: list[dict], prompt_format, image_root: Path, max_l
     """Samples ready for training and the count of records dropped (by reason).
 
     With `max_turns`, a conversation becomes several samples of at most that many question/answer
-    pairs each (every sample keeps the record's image)."""
+    pairs each (every sample keeps the record's image); records with several images are kept whole
+    (their placeholders tie each image to its turn). Records are expected to be validated by
+    `data.llava.load_llava` (one placeholder per image)."""
     samples, dropped = [], Counter()
     for record in records:
-        images = record_images(record)
-        if len(images) > 1:
-            raise DataError(f"record {record.get('id')}: {len(images)} images; multi-image samples are not supported yet")
+        images = [image_root / rel for rel in record_images(record)]
         turns = [(t["from"], t["value"]) for t in record["conversations"]]
-        step = 2 * max_turns if max_turns else len(turns)
+        step = 2 * max_turns if max_turns and len(images) <= 1 else len(turns)
         for start in range(0, len(turns), step):
-            ids, labels = prompt_format.build(turns[start : start + step])
-            budget = max_length - (num_patches if images else 0)
+            sid = str(record.get("id")) + (f"#{start // 2}" if start else "")
+            try:
+                ids, labels, positions = prompt_format.build_with_images(turns[start : start + step], len(images))
+            except ValueError as err:
+                raise DataError(f"record {sid}: {err}") from err
+            budget = max_length - num_patches * len(images)
             if len(ids) > budget:
                 ids, labels = ids[:budget], labels[:budget]
                 if all(label == IGNORE_INDEX for label in labels):
                     dropped["truncated_no_targets"] += 1
                     continue
-            sid = str(record.get("id")) + (f"#{start // 2}" if start else "")
-            samples.append(Sample(sid, ids, labels, image_root / images[0] if images else None))
+                if any(p > budget for p in positions):
+                    dropped["truncated_image"] += 1
+                    continue
+            samples.append(Sample(sid, ids, labels, images, positions))
     return samples, dropped
 
 
@@ -64,19 +80,32 @@ class VLMDataset(Dataset):
         return len(self.samples)
 
     def __getitem__(self, index: int) -> dict:
+        """ids, labels, image positions and pixels: None (text only), one image's tensor, or a list of them."""
         sample = self.samples[index]
-        pixels = None
-        if sample.image is not None:
-            try:
-                with Image.open(sample.image) as im:
-                    pixels = self.transform(im.convert("RGB"))
-            except Exception as err:
-                raise DataError(f"record {sample.id}: cannot read image {sample.image} ({err}); fix or remove the record") from err
-        return {"input_ids": sample.input_ids, "labels": sample.labels, "pixel_values": pixels}
+        pixels = [self._read(sample, path) for path in sample.images]
+        return {"input_ids": sample.input_ids, "labels": sample.labels, "image_positions": sample.image_positions,
+                "pixel_values": None if not pixels else pixels[0] if len(pixels) == 1 else pixels}
+
+    def _read(self, sample: Sample, path: Path) -> torch.Tensor:
+        try:
+            with Image.open(path) as im:
+                return self.transform(im.convert("RGB"))
+        except Exception as err:
+            raise DataError(f"record {sample.id}: cannot read image {path} ({err}); fix or remove the record") from err
+
+
+def row_images(row: dict) -> list[torch.Tensor]:
+    """The pixel tensors of one collator row (`pixel_values`: None, one tensor, or a list of tensors)."""
+    pixels = row["pixel_values"]
+    return [] if pixels is None else list(pixels) if isinstance(pixels, (list, tuple)) else [pixels]
 
 
 class Collator:
-    """Right-pads ids (pad id) and labels (-100); stacks the pixels of the rows that have an image."""
+    """Right-pads ids (pad id) and labels (-100); stacks the pixels of all the rows' images in row order.
+
+    Rows may give `image_positions` (dataset rows do); then the batch carries them as a (rows, most
+    images in a row) tensor padded with -1. Without them each row has at most one image, which the
+    VLM splices right after BOS."""
 
     def __init__(self, pad_token_id: int):
         self.pad_token_id = pad_token_id
@@ -91,12 +120,23 @@ class Collator:
             ids[row, :n] = torch.tensor(b["input_ids"])
             labels[row, :n] = torch.tensor(b["labels"])
             mask[row, :n] = 1
-        image_mask = torch.tensor([b["pixel_values"] is not None for b in batch])
-        pixels = [b["pixel_values"] for b in batch if b["pixel_values"] is not None]
+        images = [row_images(b) for b in batch]
+        pixels = [p for row in images for p in row]
+        positions = None
+        if any(b.get("image_positions") is not None for b in batch):
+            positions = torch.full((len(batch), max(1, *map(len, images))), -1, dtype=torch.long)
+            for row, (b, imgs) in enumerate(zip(batch, images)):
+                given = list(b.get("image_positions") or [])
+                if len(given) != len(imgs):
+                    raise ValueError(f"collator row {row}: {len(imgs)} images but {len(given)} image positions")
+                positions[row, : len(given)] = torch.tensor(given, dtype=torch.long)
+        elif any(len(row) > 1 for row in images):
+            raise ValueError("rows with several images need `image_positions` (where each image goes)")
         return {
             "input_ids": ids,
             "attention_mask": mask,
             "labels": labels,
             "pixel_values": torch.stack(pixels) if pixels else None,
-            "image_mask": image_mask,
+            "image_mask": torch.tensor([bool(row) for row in images]),
+            "image_positions": positions,
         }

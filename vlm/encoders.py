@@ -1,37 +1,61 @@
-"""Image encoders loaded through timm (SigLIP, CLIP, DINOv2, ... by hub id or local folder).
+"""Image encoders: timm ViTs (SigLIP, CLIP, DINOv2, ImageNet ViT), open_clip models, and fused pairs.
 
 Features are the output of the second-to-last transformer block with the
 prefix (class / register) tokens dropped, as in Prismatic and HF Llava
 (`vision_feature_layer=-2`). The unused last block and head are pruned so that
 they neither cost compute nor sit in the optimiser without gradients.
-A tiny flavour is a real timm checkpoint folder (`config.json` +
-`model.safetensors`) loaded as `local-dir:PATH`, the same path hub ids take.
+- `TimmEncoder`: any timm ViT by hub id (`hf-hub:timm/...`) or folder
+  (`local-dir:PATH`); `model_kwargs` go to `timm.create_model` (e.g. DINOv2's
+  `img_size: 224`, OpenAI CLIP's `act_layer: quick_gelu`).
+- `OpenClipEncoder`: an open_clip model (`model_name` + `pretrained` tag or file,
+  or `hf-hub:` / `local-dir:` names), its image tower only, with open_clip's own
+  preprocessing.
+- `FusedEncoder`: several encoders on the same image (Prismatic's DINOv2 +
+  SigLIP); patch features concatenated along channels. Its transform stacks
+  each encoder's own preprocessing into one (n, 3, H, W) tensor per image.
+Every encoder has `embed_dim`, `num_patches`, `grid_size`, `image_size`,
+`transform` (PIL image → tensor) and `flops_per_patch()`.
+A tiny flavour is a real checkpoint folder (see vlm/tiny.py, vlm/tiny_vision.py)
+loaded as `local-dir:PATH`, the same path hub ids take.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import timm
 import torch
 from torch import nn
 
+from core.flops import decoder_flops_per_token, non_embedding_params
 from vlm.hub import load_error, offline_unless_reachable
-from vlm.images import image_transform
+from vlm.images import StackTransforms, image_transform, open_clip_transform
+from vlm.model import build_component
+
+
+def _layer_index(depth: int, feature_layer: int) -> int:
+    return depth + feature_layer if feature_layer < 0 else feature_layer
 
 
 class TimmEncoder(nn.Module):
-    def __init__(self, model_id: str, image_strategy: str = "resize-naive", feature_layer: int = -2, pretrained: bool = True):
+    def __init__(self, model_id: str, image_strategy: str = "resize-naive", feature_layer: int = -2, pretrained: bool = True,
+                 model_kwargs: Mapping | None = None, config_key: str = "encoder"):
+        """`config_key`: where these settings live in the run config (named in the load error's fix)."""
         super().__init__()
         offline_unless_reachable(model_id.removeprefix("hf-hub:"))
         try:
-            model = timm.create_model(model_id, pretrained=pretrained, num_classes=0)
+            model = timm.create_model(model_id, pretrained=pretrained, num_classes=0, **dict(model_kwargs or {}))
         except Exception as err:  # hub/network/file errors all surface as one clear message
-            raise load_error("encoder", model_id, "encoder.model_id", err) from err
-        self.layer = len(model.blocks) + feature_layer if feature_layer < 0 else feature_layer
+            raise load_error("encoder", model_id, f"{config_key}.model_id", err) from err
+        self.layer = _layer_index(len(model.blocks), feature_layer)
         model.prune_intermediate_layers(indices=[self.layer], prune_head=True, prune_norm=True)
         self.model = model
         self.embed_dim = model.embed_dim
         self.num_patches = model.patch_embed.num_patches
+        self.grid_size = tuple(model.patch_embed.grid_size)
+        self.image_size = tuple(model.patch_embed.img_size)
         self.data_config = timm.data.resolve_data_config({}, model=model)
+        self.data_config["input_size"] = (3, *self.image_size)  # the checkpoint's size is stale after an img_size override
         self.transform = image_transform(self.data_config, image_strategy)
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
@@ -40,3 +64,92 @@ class TimmEncoder(nn.Module):
             pixel_values, indices=[self.layer], norm=False, output_fmt="NLC", intermediates_only=True
         )
         return features
+
+    def flops_per_patch(self) -> float:
+        """Training FLOPs per output patch: 6·N + 12·L·d·T over the blocks that run."""
+        return decoder_flops_per_token(non_embedding_params(self), len(self.model.blocks), self.embed_dim, self.num_patches)
+
+
+class OpenClipEncoder(nn.Module):
+    def __init__(self, model_name: str, pretrained: str | None = None, image_strategy: str = "resize-naive",
+                 feature_layer: int = -2, model_kwargs: Mapping | None = None, config_key: str = "encoder"):
+        """`model_name`: an open_clip config name (with `pretrained` a tag or a weights file; None: random
+        init), or `hf-hub:ORG/REPO` / `local-dir:PATH` (config and weights from there). `model_kwargs` go to
+        `open_clip.create_model` (e.g. `force_image_size`)."""
+        import open_clip  # imported on use: it is slow to import
+
+        super().__init__()
+        schema = model_name.split(":", 1)[0] if model_name.startswith(("hf-hub:", "local-dir:")) else None
+        # what to name in a load error: the hub repo behind a tag (its folder loads as local-dir:), else the setting
+        source, key = model_name, f"{config_key}.model_name"
+        if pretrained and not schema:
+            tag = open_clip.get_pretrained_cfg(model_name, pretrained).get("hf_hub", "").rstrip("/")
+            source, key = (f"hf-hub:{tag}", key) if tag else (pretrained, f"{config_key}.pretrained")
+        if source.startswith("hf-hub:"):
+            offline_unless_reachable(source.removeprefix("hf-hub:"))
+        try:
+            model = open_clip.create_model(model_name, pretrained=pretrained, require_pretrained=bool(schema or pretrained),
+                                           **dict(model_kwargs or {}))
+        except Exception as err:
+            raise load_error("encoder", source, key, err) from err
+        visual = model.visual
+        if not hasattr(visual, "transformer"):
+            raise ValueError(f"open_clip model {model_name!r} has no ViT image tower ({type(visual).__name__}); use a ViT model")
+        self.layer = _layer_index(len(visual.transformer.resblocks), feature_layer)
+        visual.prune_intermediate_layers(indices=[self.layer], prune_norm=True, prune_head=True)
+        self.model = visual  # the text tower is dropped
+        self.embed_dim = visual.transformer.width
+        self.grid_size = tuple(visual.grid_size)
+        self.image_size = tuple(visual.image_size)
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
+        self.preprocess_cfg = dict(visual.preprocess_cfg)
+        self.transform = open_clip_transform(self.preprocess_cfg, image_strategy)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """(B, 3, H, W) → patch features (B, num_patches, embed_dim); the class token is dropped."""
+        out = self.model.forward_intermediates(pixel_values, indices=[self.layer], intermediates_only=True, output_fmt="NLC")
+        return out["image_intermediates"][0]
+
+    def flops_per_patch(self) -> float:
+        blocks = len(self.model.transformer.resblocks)
+        return decoder_flops_per_token(non_embedding_params(self), blocks, self.embed_dim, self.num_patches)
+
+
+class FusedEncoder(nn.Module):
+    """Encoders run on the same image, patch features concatenated along channels (embed_dim = their sum).
+
+    `encoders` maps a name to an encoder or to its config (built here; a fused config lists them under
+    `encoder.encoders.NAME`). `image_strategy`, when set, applies to every encoder built from a config.
+    Patch grids must match, and so must input sizes (each image becomes one (n, 3, H, W) tensor)."""
+
+    def __init__(self, encoders: Mapping, image_strategy: str | None = None):
+        super().__init__()
+        if len(encoders) < 2:
+            raise ValueError(f"a fused encoder needs at least two encoders; got {list(encoders)}")
+        built = {}
+        for name, enc in encoders.items():
+            if not isinstance(enc, nn.Module):
+                overrides = {"image_strategy": image_strategy} if image_strategy else {}
+                enc = build_component({**enc, "config_key": f"encoder.encoders.{name}", **overrides})
+            built[name] = enc
+        self.encoders = nn.ModuleDict(built)
+        for attr, what in (("grid_size", "patch grids"), ("image_size", "input sizes")):
+            values = {name: tuple(getattr(enc, attr)) for name, enc in built.items()}
+            if len(set(values.values())) > 1:
+                shown = ", ".join(f"{name} {'x'.join(map(str, v))}" for name, v in values.items())
+                raise ValueError(f"fused encoders need equal {what}; got {shown}. Choose image sizes (e.g. "
+                                 f"`model_kwargs: {{img_size: ...}}`) that give every encoder the same {attr}")
+        first = next(iter(built.values()))
+        self.grid_size, self.image_size, self.num_patches = first.grid_size, first.image_size, first.num_patches
+        self.embed_dim = sum(enc.embed_dim for enc in built.values())
+        self.transform = StackTransforms([enc.transform for enc in built.values()])
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """(B, n, 3, H, W), image i for encoder i → (B, num_patches, sum of embed_dims)."""
+        if pixel_values.ndim != 5 or pixel_values.shape[1] != len(self.encoders):
+            raise ValueError(f"fused encoder expects (B, {len(self.encoders)}, 3, H, W) pixels from its own transform; "
+                             f"got {tuple(pixel_values.shape)}")
+        return torch.cat([enc(pixel_values[:, i]) for i, enc in enumerate(self.encoders.values())], -1)
+
+    def flops_per_patch(self) -> float:
+        return sum(enc.flops_per_patch() for enc in self.encoders.values())

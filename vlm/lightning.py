@@ -10,21 +10,28 @@ many times each split's samples appear per pass — fractions take a seeded
 random subset); `cfg.data.splits` maps a split name to a LLaVA JSON file under
 `cfg.data.image_root`. `data.max_turns` splits long conversations into samples
 of at most that many question/answer pairs (each keeps the image).
+`data.group_by_length` makes each micro-batch hold samples of one image count
+and similar spliced length (core.data.GroupedStreamSampler; less padding).
+
+LoRA (`lora.enabled`): the backbone carries peft adapters (vlm/lora.py); a
+phase that trains `backbone` trains only the adapters.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 import torch
 from omegaconf import DictConfig
 from rich.console import Console
 
 from core.data import StreamDataModule
-from core.flops import decoder_flops_per_token, hf_decoder_flops_per_token, non_embedding_params
+from core.flops import hf_decoder_flops_per_token
 from core.module import TrainModule
 from data.llava import load_llava
 from data.sources import DataSource, resolve
 from vlm.dataset import Collator, VLMDataset, tokenize_records
+from vlm.lora import freeze_all_but_adapters, has_lora
 from vlm.model import VLM, build_vlm
 
 console = Console()
@@ -36,28 +43,42 @@ class VLMModule(TrainModule):
     def parts(self):
         return {"encoder": self.model.encoder, "projector": self.model.projector, "backbone": self.model.backbone}
 
+    def apply_trainable(self) -> None:
+        super().apply_trainable()
+        if has_lora(self.model.backbone):  # LoRA: training the backbone means training its adapters only
+            freeze_all_but_adapters(self.model.backbone)
+
     def compute_loss(self, batch):
         return self.model(**batch).loss
 
+    @staticmethod
+    def _images(batch) -> tuple[int, int]:
+        """(images in the batch, most images in one row)."""
+        pixels, positions = batch.get("pixel_values"), batch.get("image_positions")
+        if pixels is None:
+            return 0, 0
+        return pixels.shape[0], int((positions >= 0).sum(1).max()) if positions is not None else 1
+
     def batch_tokens(self, batch) -> int:
         """Non-padding tokens the language model processes: text tokens plus the spliced image patches."""
-        return int(batch["attention_mask"].sum()) + int(batch["image_mask"].sum()) * self.model.encoder.num_patches
+        return int(batch["attention_mask"].sum()) + self._images(batch)[0] * self.model.encoder.num_patches
 
     def batch_flops(self, batch) -> float:
         """6·N + attention FLOPs per token for the language model (at this batch's spliced length) and for
         the ViT (per patch), plus the projector's 6·N per patch."""
-        enc, n_images = self.model.encoder, int(batch["image_mask"].sum())
-        length = batch["input_ids"].shape[1] + (enc.num_patches if n_images else 0)
+        enc, (n_images, per_row) = self.model.encoder, self._images(batch)
+        length = batch["input_ids"].shape[1] + enc.num_patches * per_row
         flops = self.batch_tokens(batch) * hf_decoder_flops_per_token(self.model.backbone.model, length)
-        vit = decoder_flops_per_token(non_embedding_params(enc), len(enc.model.blocks), enc.embed_dim, enc.num_patches)
+        vit = enc.flops_per_patch()  # every encoder (timm, open_clip, fused) counts its own blocks
         projector = 6.0 * sum(p.numel() for p in self.model.projector.parameters())
         return flops + n_images * enc.num_patches * (vit + projector)
 
 
 class VLMDataModule(StreamDataModule):
     def __init__(self, source: DataSource, splits: dict[str, float], model: VLM, micro_batch_size: int, seed: int,
-                 skip_bad: bool = False, num_workers: int = 0, max_turns: int | None = None):
+                 skip_bad: bool = False, num_workers: int = 0, max_turns: int | None = None, group_by_length: bool = False):
         super().__init__(micro_batch_size, seed, num_workers=num_workers)
+        self.group_by_length = group_by_length
         self.source = source
         self.skip_bad = skip_bad
         self.max_turns = max_turns
@@ -85,6 +106,10 @@ class VLMDataModule(StreamDataModule):
             self.dropped.update(dropped)
             samples += repeat(part, float(weight), self.seed)
         self.train_dataset = VLMDataset(samples, self.model.encoder.transform)
+        if self.group_by_length:  # micro-batches of one image count and similar spliced length
+            patches = self.model.encoder.num_patches
+            self.group_keys = [len(s.images) for s in samples]
+            self.lengths = [len(s.input_ids) + patches * len(s.images) for s in samples]
         self.collate_fn = Collator(self.model.tokenizer.pad_token_id)
         self.num_samples = len(samples)
         self._ready = True
@@ -120,7 +145,34 @@ class VLMTask:
         splits = dict(phase.data) if isinstance(phase.data, DictConfig) else {name: 1.0 for name in phase.data}
         return VLMDataModule(resolve(cfg.data), splits, model, micro_batch_size, seed,
                              skip_bad=bool(cfg.data.get("skip_bad", False)), num_workers=int(cfg.data.get("num_workers", 0)),
-                             max_turns=cfg.data.get("max_turns"))
+                             max_turns=cfg.data.get("max_turns"), group_by_length=bool(cfg.data.get("group_by_length", False)))
 
     def build_module(self, cfg, phase, model: VLM, total_steps: int) -> VLMModule:
         return VLMModule(model, phase, total_steps)
+
+    def init_from(self, model: VLM, path) -> bool:
+        """Load an HF Llava folder (config.json with model_type llava) into `model` (vlm/hf_llava.py); False for
+        anything else, which `core.run` then loads as a refract run directory — except a run trained without LoRA
+        into a model with adapters, loaded here under the adapters' base layers."""
+        from vlm.hf_llava import is_hf_llava, load_hf_llava
+
+        if not is_hf_llava(path):
+            return self._init_lora_from_plain_run(model, path)
+        load_hf_llava(model, path)
+        return True
+
+    @staticmethod
+    def _init_lora_from_plain_run(model: VLM, path) -> bool:
+        """A LoRA model starting from a run trained without LoRA: its weights under the adapters' base layers."""
+        from safetensors.torch import load_file
+
+        from vlm.lora import is_adapter, load_plain_weights
+
+        weights = Path(path) / "model.safetensors"
+        if not has_lora(model) or not weights.exists():
+            return False
+        state = load_file(str(weights))
+        if any(is_adapter(k) for k in state):
+            return False  # a LoRA run: core.run loads it as it is
+        load_plain_weights(model, state, where=str(weights))
+        return True

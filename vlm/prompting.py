@@ -10,9 +10,23 @@ Formats (`backbone.prompt_format`):
 - `base`: `<s>In: {q}\\nOut: {a}</s>` per turn (base LMs, Prismatic's "pure" prompt);
 - `vicuna`: Vicuna v1.5's system line, then ` USER: {q} ASSISTANT: {a}</s>`;
 - `chat_template`: the tokenizer's own chat template (instruct models); the
-  assistant span is the text the template adds for the assistant message.
-The `<image>` placeholder is removed from the text: the VLM splices the image
-patches right after BOS.
+  assistant span is the text the template adds for the assistant message,
+  up to and including the template's end-of-turn token (e.g. `<|eot_id|>`,
+  `<|im_end|>`, `<end_of_turn>`; text the template writes after it, such as a
+  newline, is not trained).
+BOS: `base` and `vicuna` start with BOS when the tokenizer adds it itself or
+has a BOS token of its own; a tokenizer without one (Qwen2) or whose "BOS" is
+its EOS/document separator and is never added (phi-2, GPT-2) gets none, and the
+image then goes first (`image_position` 0). `chat_template` writes what the
+template writes. `stop_token_ids` (end-of-turn and EOS) end generation.
+Images: with at most one image (`build`) the `<image>` placeholder is removed
+from the text and the VLM splices the image patches right after BOS
+(`image_position`). With several images (`build_interleaved`) each placeholder
+marks where its image's patches go: the text on either side of it is
+tokenized on its own (whitespace before the placeholder and one newline right
+after it are dropped; LLaVA writes `<image>\n`) and
+`positions[k]` is the index in `input_ids` that image k's patches are spliced
+in front of. `build_with_images` picks between the two by the image count.
 """
 
 from __future__ import annotations
@@ -21,6 +35,7 @@ import re
 
 IGNORE_INDEX = -100
 IMAGE_PLACEHOLDER = re.compile(r"\s*<image>\s*")
+IMAGE_SLOT = re.compile(r"\s*<image>\n?")  # where an image goes in interleaved text
 VICUNA_SYSTEM = (
     "A chat between a curious user and an artificial intelligence assistant. "
     "The assistant gives helpful, detailed, and polite answers to the user's questions."
@@ -31,14 +46,36 @@ def strip_image_placeholder(text: str) -> str:
     return IMAGE_PLACEHOLDER.sub(" ", text).strip()
 
 
+def tokenizer_uses_bos(tok) -> bool:
+    """Whether prompts start with the tokenizer's BOS: it adds BOS itself (Llama, Mistral, Gemma), or it has a BOS
+    token distinct from EOS (a tokenizer saved without a post-processor). No BOS token (Qwen2), or a "BOS" that is
+    the EOS/document separator and is never added (phi-2, GPT-2, CodeGen): no BOS."""
+    bos = tok.bos_token_id
+    if bos is None:
+        return False
+    return bos != tok.eos_token_id or tok("a")["input_ids"][:1] == [bos]
+
+
 class PromptFormat:
     """Base class: subclasses turn (role, text) turns into (text, trained) segments."""
 
-    add_bos = True  # prepend the tokenizer's BOS id
+    add_bos = True  # prepend the tokenizer's BOS id (when `tokenizer_uses_bos`)
     appends_eos = True  # append the EOS id to each assistant turn (the end-of-turn token that is trained)
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
+        self.uses_bos = self.add_bos and tokenizer_uses_bos(tokenizer)
+
+    @property
+    def end_of_turn_id(self) -> int:
+        """The token that ends an assistant turn (trained with the answer; generation stops on it)."""
+        return self.tokenizer.eos_token_id
+
+    @property
+    def stop_token_ids(self) -> list[int]:
+        """Token ids that end generation: the end-of-turn token, then EOS if different."""
+        ids = [self.end_of_turn_id, self.tokenizer.eos_token_id]
+        return [i for k, i in enumerate(ids) if i is not None and i not in ids[:k]]
 
     def segments(self, turns: list[tuple[str, str]], generation: bool) -> list[tuple[str, bool]]:
         raise NotImplementedError
@@ -48,24 +85,53 @@ class PromptFormat:
 
         With `generation=True` the turns end with a human message and the ids end
         with the prompt for the assistant's answer (no labels are meaningful)."""
+        ids, labels, _ = self._build(turns, generation, interleave=False)
+        return ids, labels
+
+    def build_interleaved(self, turns: list[tuple[str, str]], generation: bool = False) -> tuple[list[int], list[int], list[int]]:
+        """Like `build`, but every `<image>` placeholder stays a place for an image: also returns, per
+        placeholder in order, the index in `input_ids` its image's patches are spliced in front of."""
+        return self._build(turns, generation, interleave=True)
+
+    def build_with_images(self, turns: list[tuple[str, str]], num_images: int,
+                          generation: bool = False) -> tuple[list[int], list[int], list[int]]:
+        """(input_ids, labels, image positions) of a conversation with `num_images` images: none or one
+        image as `build` (one image goes right after BOS, whether or not the text has a placeholder);
+        several images where their placeholders are (one per image, else ValueError)."""
+        if num_images <= 1:
+            ids, labels = self.build(turns, generation)
+            return ids, labels, [self.image_position] * num_images
+        ids, labels, positions = self.build_interleaved(turns, generation)
+        if len(positions) != num_images:
+            raise ValueError(f"{num_images} images but {len(positions)} <image> placeholders; "
+                             "put one <image> in the user turns per image")
+        return ids, labels, positions
+
+    def _build(self, turns, generation: bool, interleave: bool) -> tuple[list[int], list[int], list[int]]:
         tok = self.tokenizer
         ids: list[int] = []
         labels: list[int] = []
-        if self.add_bos and tok.bos_token_id is not None:
+        positions: list[int] = []
+        if self.uses_bos:
             ids.append(tok.bos_token_id)
             labels.append(IGNORE_INDEX)
-        for text, trained in self.segments([(r, strip_image_placeholder(t)) for r, t in turns], generation):
-            piece = tok(text, add_special_tokens=False)["input_ids"] if text else []
+        clean = (lambda t: t) if interleave else strip_image_placeholder
+        for text, trained in self.segments([(r, clean(t)) for r, t in turns], generation):
+            piece: list[int] = []
+            for k, part in enumerate(IMAGE_SLOT.split(text) if interleave else [text]):
+                if k:
+                    positions.append(len(ids) + len(piece))
+                piece += tok(part, add_special_tokens=False)["input_ids"] if part else []
             if trained and self.appends_eos:
                 piece = piece + [tok.eos_token_id]
             ids += piece
             labels += piece if trained else [IGNORE_INDEX] * len(piece)
-        return ids, labels
+        return ids, labels, positions
 
     @property
     def image_position(self) -> int:
-        """Index in `input_ids` where the image patches are spliced in (right after BOS)."""
-        return 1 if self.add_bos and self.tokenizer.bos_token_id is not None else 0
+        """Index in `input_ids` where the image patches are spliced in (right after BOS; first without BOS)."""
+        return 1 if self.uses_bos else 0
 
 
 class BaseFormat(PromptFormat):
@@ -94,6 +160,27 @@ class ChatTemplateFormat(PromptFormat):
         super().__init__(tokenizer)
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError(f"prompt_format=chat_template needs a tokenizer with a chat template ({tokenizer.name_or_path} has none)")
+        self.end_of_turn, self._end_of_turn_id = self._find_end_of_turn()
+        ids, _ = self.build([("human", "x")], generation=True)
+        self._image_position = 1 if tokenizer.bos_token_id is not None and ids[:1] == [tokenizer.bos_token_id] else 0
+
+    def _find_end_of_turn(self) -> tuple[str, int]:
+        """The first token the template writes after an assistant message's content: (text, id)."""
+        probe = "refract probe answer"
+        rendered = self._render([{"role": "user", "content": "x"}, {"role": "assistant", "content": probe}], False)
+        after = rendered[rendered.rfind(probe) + len(probe):] if probe in rendered else ""
+        ids = self.tokenizer(after, add_special_tokens=False)["input_ids"] if after else []
+        text = self.tokenizer.decode(ids[:1]) if ids else ""
+        if not text or not after.startswith(text):
+            raise ValueError(
+                f"the chat template of {self.tokenizer.name_or_path} writes no end-of-turn token after an assistant "
+                f"message (it writes {after!r}); use prompt_format=base or vicuna for this backbone"
+            )
+        return text, ids[0]
+
+    @property
+    def end_of_turn_id(self) -> int:
+        return self._end_of_turn_id
 
     def _render(self, messages, generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
@@ -110,19 +197,23 @@ class ChatTemplateFormat(PromptFormat):
                     f"the chat template of {self.tokenizer.name_or_path} re-renders earlier turns differently, "
                     "so turn-by-turn label masks would drift; use prompt_format=base or vicuna for this backbone"
                 )
-            out.append((full[len(rendered):], role == "gpt"))
+            piece = full[len(rendered):]
+            if role == "gpt":  # train through the end-of-turn token; what the template writes after it is context
+                if self.end_of_turn not in piece:
+                    raise ValueError(f"the chat template wrote no {self.end_of_turn!r} after the answer {text!r}")
+                end = piece.rfind(self.end_of_turn) + len(self.end_of_turn)
+                out += [(piece[:end], True)] + ([(piece[end:], False)] if piece[end:] else [])
+            else:
+                out.append((piece, False))
             rendered = full
-        if not generation and out and not out[-1][1]:
+        if not generation and turns and turns[-1][0] != "gpt":
             raise ValueError("a training conversation must end with an assistant turn")
         return out
 
     @property
     def image_position(self) -> int:
-        return 1 if self.tokenizer.bos_token_id is not None and self._starts_with_bos() else 0
-
-    def _starts_with_bos(self) -> bool:
-        ids, _ = self.build([("human", "x")], generation=True)
-        return bool(ids) and ids[0] == self.tokenizer.bos_token_id
+        """1 when the template starts with BOS, else 0 (the image goes first)."""
+        return self._image_position
 
 
 FORMATS = {"base": BaseFormat, "vicuna": VicunaFormat, "chat_template": ChatTemplateFormat}

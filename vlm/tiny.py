@@ -10,6 +10,8 @@ learned position embeddings start from 2-D sin-cos values, as in MAE). They are 
 on first use in `$REFRACT_CACHE/tiny/` (default `~/.cache/refract/tiny/`) and
 reused afterwards; configs refer to them as `${tiny:NAME}`.
 
+The other image encoders' tiny flavours are written by vlm/tiny_vision.py.
+
 Run `python -m vlm.tiny` to (re)create them all.
 """
 
@@ -28,6 +30,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from data import sort_of_clevr
 from vlm.prompting import VICUNA_SYSTEM
+from vlm.tiny_text import TEXT_WRITERS
+from vlm.tiny_vision import WRITERS as VISION_WRITERS
 
 VERSION = 2
 SIGLIP_ARGS = dict(img_size=64, patch_size=8, embed_dim=128, depth=4, num_heads=4, mlp_ratio=4.0)
@@ -103,6 +107,8 @@ def _write_tiny_llama(out: Path) -> None:
 
 
 WRITERS = {"tiny_siglip": _write_tiny_siglip, "tiny_llama": _write_tiny_llama}
+WRITERS.update(TEXT_WRITERS)  # tiny_llama3, tiny_mistral, tiny_phi, tiny_qwen2, tiny_gemma
+WRITERS.update(VISION_WRITERS)  # tiny_clip, tiny_dinov2, tiny_open_clip (vlm/tiny_vision.py)
 
 
 def ensure_tiny(name: str, root: Path | None = None) -> Path:
@@ -122,7 +128,7 @@ def ensure_tiny(name: str, root: Path | None = None) -> Path:
 
 def _resolve(name: str) -> str:
     path = ensure_tiny(name)
-    return f"local-dir:{path}" if name == "tiny_siglip" else str(path)
+    return f"local-dir:{path}" if name in ("tiny_siglip", *VISION_WRITERS) else str(path)  # timm / open_clip folders
 
 
 OmegaConf.register_new_resolver("tiny", _resolve, replace=True)
