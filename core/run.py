@@ -224,5 +224,6 @@ def print_report(metrics: dict, title: str) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     for k, v in metrics.items():
-        table.add_row(k, f"{v:.2f}" if isinstance(v, float) else str(v))
+        if not isinstance(v, dict):  # nested tables (e.g. per-task rates) are printed by their benchmark
+            table.add_row(k, f"{v:.2f}" if isinstance(v, float) else str(v))
     console.print(table)
