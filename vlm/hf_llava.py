@@ -293,6 +293,9 @@ def _write(model, spec: dict, stage: Path, image_strategy: str, dtype: torch.dty
                                vision_feature_select_strategy=config.vision_feature_select_strategy,
                                num_additional_image_tokens=int(spec["kind"] == "clip"), image_token=IMAGE_TOKEN)
     processor.save_pretrained(stage)
+    # transformers does not save padding_side; without it batched HF generation would right-pad the prompts
+    tok_config = stage / "tokenizer_config.json"
+    tok_config.write_text(json.dumps({**json.loads(tok_config.read_text()), "padding_side": "left"}, indent=2))
     verify_processor(model, stage, image_id, num_patches, image_strategy)
 
 

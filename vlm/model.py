@@ -82,24 +82,25 @@ class VLM(nn.Module):
         """Left-padded prompt embeddings and attention mask for a batch of (image, user message).
 
         An item's image may be None (text only), a PIL image, or a list of them (one `<image>`
-        placeholder per image in the message, where each image goes)."""
+        placeholder per image in the message, where each image goes). The prompts are collated and
+        spliced as one right-padded batch (all images through the encoder at once); then each row is
+        rotated right by its padding, and columns that are padding in every row are dropped."""
+        from vlm.dataset import Collator  # the training collator pads rows the same way
+
         device = next(self.parameters()).device
         rows = []
         for image, prompt in zip(images, prompts, strict=True):
             pics = [] if image is None else list(image) if isinstance(image, (list, tuple)) else [image]
-            ids, _, positions = self.prompt_format.build_with_images([("human", prompt)], len(pics), generation=True)
-            ids_t = torch.tensor([ids], device=device)
-            mask = torch.ones_like(ids_t)
-            if pics:
-                pixels = torch.stack([self.encoder.transform(p) for p in pics]).to(device)
-                emb, mask, _ = self.splice(ids_t, mask, None, pixels, torch.ones(1, dtype=torch.bool, device=device),
-                                           torch.tensor([positions], device=device))
-            else:
-                emb = self.backbone.embed(ids_t)
-            rows.append((emb[0], mask[0]))
-        width = max(e.shape[0] for e, _ in rows)
-        embeds = torch.stack([torch.cat([e.new_zeros(width - e.shape[0], e.shape[1]), e]) for e, _ in rows])
-        masks = torch.stack([torch.cat([m.new_zeros(width - m.shape[0]), m]) for _, m in rows])
+            ids, labels, positions = self.prompt_format.build_with_images([("human", prompt)], len(pics), generation=True)
+            rows.append({"input_ids": ids, "labels": labels, "image_positions": positions,
+                         "pixel_values": [self.encoder.transform(p) for p in pics]})
+        batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in Collator(self.tokenizer.pad_token_id)(rows).items()}
+        embeds, masks, _ = self.splice(batch["input_ids"], batch["attention_mask"], None, batch["pixel_values"],
+                                       batch["image_mask"], batch["image_positions"])
+        full, lengths = masks.shape[1], masks.sum(1)  # a spliced row is its positions, then padding
+        index = ((torch.arange(full, device=device) - (full - lengths)[:, None]) % full)[:, full - int(lengths.max()):]
+        masks = masks.gather(1, index)
+        embeds = embeds.gather(1, index[..., None].expand(-1, -1, embeds.shape[-1])).masked_fill(masks[..., None] == 0, 0)
         return embeds, masks
 
     @torch.no_grad()

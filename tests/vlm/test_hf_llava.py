@@ -110,6 +110,11 @@ def test_siglip_run_exports_to_hf_llava_with_same_prompt_logits_and_greedy_token
     ids, _ = model.prompt_format.build([("human", QUESTION)], generation=True)
     assert inputs["input_ids"][0].tolist() == spliced_ids(model, ids, hf.config.image_token_id)
     assert (inputs["pixel_values"][0] - model.encoder.transform(IMAGE)).abs().max() < 0.05
+    # batched prompts are left-padded (transformers does not save padding_side; the export writes it)
+    assert default.tokenizer.padding_side == "left"
+    batch = default(images=[IMAGE, IMAGE], text=[prompt, prompt + " longer"], add_special_tokens=False, padding=True,
+                    return_tensors="pt")
+    assert batch["attention_mask"][0, 0] == 0 and batch["attention_mask"][0, -1] == 1
 
 
 def test_clip_run_exports_with_class_token_dropped(tmp_path):
