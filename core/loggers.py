@@ -72,7 +72,9 @@ def mlflow_logger(run_dir: Path, tracking_uri: str, experiment_name: str, run_na
     """An MLflow logger that continues the run recorded in `<run_dir>/mlflow_run_id` after a restart."""
     id_file = run_dir / "mlflow_run_id"
     run_id = id_file.read_text().strip() if id_file.exists() else None
-    logger = MLFlowLogger(experiment_name=experiment_name, run_name=run_name, tracking_uri=tracking_uri, run_id=run_id)
+    # artifacts next to the runs (MLflow's default is ./mlruns in the working directory)
+    logger = MLFlowLogger(experiment_name=experiment_name, run_name=run_name, tracking_uri=tracking_uri, run_id=run_id,
+                          artifact_location=(run_dir.parent / "mlartifacts").resolve().as_uri())
     if run_id is None:
         id_file.write_text(logger.run_id)
         logger.log_hyperparams(params)

@@ -14,7 +14,7 @@ ONE_PHASE = ("stage=single_stage", "stage.phases.finetune.global_batch_size=4")
 def test_mlflow_run_gets_config_and_results_artifacts_and_tensorboard_by_name(small_cfg, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    monkeypatch.chdir(tmp_path)  # MLflow's default artifact store is ./mlruns
+    monkeypatch.chdir(tmp_path)  # MLflow's default artifact store would be ./mlruns: it must not be used
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     train(small_cfg(*ONE_PHASE, "logger=mlflow", f"logger.mlflow.tracking_uri={uri}", "trainer.max_steps=2", "run.name=tracked",
                     "trainer.threads=1"))
@@ -22,6 +22,8 @@ def test_mlflow_run_gets_config_and_results_artifacts_and_tensorboard_by_name(sm
     client = MlflowClient(tracking_uri=uri)
     run_id = (run_dir / "mlflow_run_id").read_text()
     assert {a.path for a in client.list_artifacts(run_id)} >= {"config.yaml", "results.json"}
+    assert (tmp_path / "runs" / "mlartifacts" / run_id / "artifacts" / "config.yaml").exists()
+    assert not (tmp_path / "mlruns").exists()  # artifacts live beside the runs, not in the working directory
     run = client.get_run(run_id)
     assert run.data.params["trainer.max_steps"] == "2" and "train/loss" in run.data.metrics
 
