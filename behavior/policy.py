@@ -55,11 +55,13 @@ class Block(nn.Module):
         self.n_heads, self.dropout = n_heads, dropout
         self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.qkv, self.proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
-        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model), nn.Dropout(dropout))
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
 
     def forward(self, x: torch.Tensor, cache: list | None = None) -> torch.Tensor:
+        # functional calls on the modules' parameters: at batch 1 a control step is dominated by per-call overhead
         b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        h = F.layer_norm(x, (d,), self.ln1.weight, self.ln1.bias, self.ln1.eps)
+        q, k, v = F.linear(h, self.qkv.weight, self.qkv.bias).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
         if cache is not None:  # [k, v] of the earlier positions, extended in place
             if cache:
                 k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
@@ -67,9 +69,14 @@ class Block(nn.Module):
         causal = t > 1  # a single new query attends to every cached position
         if causal and k.shape[2] != t:
             raise ValueError("multi-token steps on a non-empty cache are not supported")
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=self.dropout if self.training else 0.0)
-        x = x + F.dropout(self.proj(y.transpose(1, 2).reshape(b, t, d)), self.dropout, self.training)
-        return x + self.mlp(self.ln2(x))
+        drop = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=drop)
+        y = F.linear(y.transpose(1, 2).reshape(b, t, d), self.proj.weight, self.proj.bias)
+        x = x + (F.dropout(y, drop, True) if drop else y)
+        up, down = self.mlp[0], self.mlp[2]
+        h = F.layer_norm(x, (d,), self.ln2.weight, self.ln2.bias, self.ln2.eps)
+        h = F.linear(F.gelu(F.linear(h, up.weight, up.bias)), down.weight, down.bias)
+        return x + (F.dropout(h, drop, True) if drop else h)
 
 
 class GPTPolicy(nn.Module):
@@ -115,38 +122,40 @@ class GPTPolicy(nn.Module):
             loss = loss + F.mse_loss(picked, batch["offsets"])
         return loss
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def generate(self, states: torch.Tensor, task: torch.Tensor, temperature: float = 0.0,
                  generator: torch.Generator | None = None) -> tuple[list[list[int]], np.ndarray | None]:
         """Action-chunk tokens with a KV cache: greedy (temperature 0) or sampled. Returns (ids per row, offsets)."""
         codec, batch = self.codec, states.shape[0]
         caches = [[] for _ in self.blocks]
-        hidden = self._run(self._context(states, task), 0, caches)[:, -1:]
+        hidden = self._run(self._context(states, task), 0, caches)[:, -1]
         ids, offsets, done = [], [], torch.zeros(batch, dtype=torch.bool, device=states.device)
         for i in range(codec.max_tokens):
-            logits = self.head(hidden[:, 0]).float()
-            if codec.fixed_length:
-                logits[:, codec.eos_id] = -torch.inf
-            elif i == codec.max_tokens - 1:
-                logits[:] = -torch.inf
+            logits = self.head(hidden).float()
+            last = i == codec.max_tokens - 1
+            if codec.fixed_length:  # never EOS: choose among the tokenizer's ids only
+                logits = logits[:, : codec.eos_id]
+            elif last:  # a sequence that reached the length limit ends here
+                logits = torch.full_like(logits, -torch.inf)
                 logits[:, codec.eos_id] = 0
             if temperature > 0:
                 token = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator)[:, 0]
             else:
                 token = logits.argmax(-1)
-            token = torch.where(done, torch.full_like(token, codec.eos_id), token)
+            if not codec.fixed_length:
+                token = torch.where(done, torch.full_like(token, codec.eos_id), token)
+                done |= token == codec.eos_id
             if self.offset_head is not None:
-                table = self.offset_head(hidden[:, 0]).view(batch, -1, self.action_dim)
+                table = self.offset_head(hidden).view(batch, -1, self.action_dim)
                 offsets.append(table[torch.arange(batch), token.clamp(max=table.shape[1] - 1)])
             ids.append(token)
-            done |= token == codec.eos_id
-            if bool(done.all()) or i == codec.max_tokens - 1:
+            if last or (not codec.fixed_length and bool(done.all())):
                 break
-            hidden = self._run(self.token_embed(token)[:, None], self.context + i, caches)
+            hidden = self._run(self.token_embed(token)[:, None], self.context + i, caches)[:, -1]
         rows = torch.stack(ids, 1).tolist()
         return rows, (torch.stack(offsets, 1).cpu().numpy() if offsets else None)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def act(self, states: torch.Tensor, task: torch.Tensor, temperature: float = 0.0,
             generator: torch.Generator | None = None) -> np.ndarray:
         """Raw observation history (B, n_obs, S) → un-normalised action chunk (B, H, D)."""
