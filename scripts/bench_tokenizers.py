@@ -25,7 +25,7 @@ from data.lerobot import read_dataset  # noqa: E402
 TOKENIZERS = {
     "openvla": {"vocab_size": 256},
     "uniform": {"n_bins": 256},
-    "quantile": {"n_bins": 256},
+    "quantile": {"n_bins": 256, "decode_to": "median"},
     "kmeans": {"k": 256},
     "fast": {"scale": 10.0, "bpe_vocab_size": 1024},
 }
