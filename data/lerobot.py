@@ -49,8 +49,6 @@ Bad input raises `LeRobotDataError` naming the file and what is wrong.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,11 +57,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from data.atomic import atomic_directory
+from data.lerobot_stats import (  # noqa: F401  (compute_stats and aggregate_stats are part of this module's API)
+    QUANTILES, aggregate_stats, compute_stats, qkey, stats_from_json, stats_to_json)
 from data.llava import DataError
 
 CODEBASE_VERSION = "v3.0"
 SUPPORTED_VERSIONS = ("v3.0", "v2.1")
-QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)  # LeRobot's DEFAULT_QUANTILES -> q01, q10, q50, q90, q99
 DEFAULT_CHUNK_SIZE = 1000
 DEFAULT_DATA_FILE_SIZE_IN_MB = 100
 DEFAULT_VIDEO_FILE_SIZE_IN_MB = 500
@@ -86,59 +86,6 @@ class Episode:
     success: np.ndarray | None = None  # (T,) bool, stored as next.success
     reward: np.ndarray | None = None  # (T,) float32, stored as next.reward
     extra: dict | None = None  # per-episode metadata, stored as columns of meta/episodes
-
-
-# --------------------------------------------------------------------------- stats
-
-def compute_stats(arrays: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
-    """Per-feature min, max, mean, std (population), q01..q99 and count over the
-    first axis. A (N,) array gives stats of shape (1,), a (N, D) array shape (D,)
-    (LeRobot's convention); count is [N]. Booleans count as 0/1; arrays that are
-    not numeric (strings, images stored as objects) are skipped."""
-    stats = {}
-    for key, arr in arrays.items():
-        arr = np.asarray(arr)
-        if arr.dtype.kind not in "biuf":
-            continue
-        if arr.ndim == 0 or arr.shape[0] == 0:
-            raise ValueError(f"compute_stats: feature {key!r} has no frames (shape {arr.shape})")
-        x = arr.astype(np.float64).reshape(arr.shape[0], -1)
-        q = np.quantile(x, QUANTILES, axis=0)
-        stats[key] = {"min": x.min(0), "max": x.max(0), "mean": x.mean(0), "std": x.std(0),
-                      "count": np.array([x.shape[0]], dtype=np.int64),
-                      **{_qkey(p): q[i] for i, p in enumerate(QUANTILES)}}
-    return stats
-
-
-def aggregate_stats(stats_list: list[dict[str, dict]]) -> dict[str, dict[str, np.ndarray]]:
-    """Dataset stats from per-episode stats: min of mins, max of maxes,
-    count-weighted mean and pooled std (the parallel-variance formula)."""
-    out = {}
-    for key in dict.fromkeys(k for s in stats_list for k in s):
-        parts = [s[key] for s in stats_list if key in s]
-        counts = np.array([float(np.asarray(p["count"]).reshape(-1)[0]) for p in parts])
-        means = np.stack([np.asarray(p["mean"], dtype=np.float64) for p in parts])
-        var = np.stack([np.asarray(p["std"], dtype=np.float64) ** 2 for p in parts])
-        w = counts.reshape(-1, *([1] * (means.ndim - 1)))
-        mean = (means * w).sum(0) / counts.sum()
-        out[key] = {"min": np.min(np.stack([np.asarray(p["min"], dtype=np.float64) for p in parts]), 0),
-                    "max": np.max(np.stack([np.asarray(p["max"], dtype=np.float64) for p in parts]), 0),
-                    "mean": mean, "std": np.sqrt(((var + (means - mean) ** 2) * w).sum(0) / counts.sum()),
-                    "count": np.array([int(counts.sum())], dtype=np.int64)}
-    return out
-
-
-def _qkey(p: float) -> str:
-    return f"q{int(round(p * 100)):02d}"
-
-
-def _stats_to_json(stats: dict) -> dict:
-    return {k: {s: np.asarray(v).tolist() for s, v in d.items()} for k, d in stats.items()}
-
-
-def _stats_from_json(obj: dict) -> dict:
-    return {k: {s: np.asarray(v, dtype=np.int64 if s == "count" else np.float64) for s, v in d.items()}
-            for k, d in obj.items()}
 
 
 # --------------------------------------------------------------------------- writing
@@ -293,10 +240,7 @@ def write_dataset(out_dir, episodes: list[Episode], fps: int, robot_type: str = 
     import pandas as pd  # LeRobot's tasks table is a DataFrame indexed by the task string
 
     out = Path(out_dir).expanduser().resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with atomic_directory(out) as tmp:
         for group, (c, f) in zip(files, dict.fromkeys(locations)):
             cols = {k: np.concatenate([a[k] for a in group]) for k in group[0]}
             table = pa.table({k: _vector_column(v) if v.ndim == 2 else pa.array(v) for k, v in cols.items()})
@@ -304,16 +248,8 @@ def write_dataset(out_dir, episodes: list[Episode], fps: int, robot_type: str = 
         _write_table(episodes_table, tmp / EPISODES_PATH.format(chunk_index=0, file_index=0))
         tasks_df = pd.DataFrame({"task_index": np.arange(len(tasks), dtype=np.int64)}, index=pd.Index(tasks, name="task"))
         _write_table(pa.Table.from_pandas(tasks_df), tmp / "meta/tasks.parquet")
-        _write_json(_stats_to_json(compute_stats(all_frames)), tmp / "meta/stats.json")
+        _write_json(stats_to_json(compute_stats(all_frames)), tmp / "meta/stats.json")
         _write_json(info, tmp / "meta/info.json")
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        if out.exists():
-            os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
@@ -432,7 +368,7 @@ def _read_v3(root: Path, info: dict):
     locs = sorted(dict.fromkeys((e["data/chunk_index"], e["data/file_index"]) for e in episodes))
     paths = [root / info["data_path"].format(chunk_index=c, file_index=f) for c, f in locs]
     frames = _read_frames(paths, info["features"])
-    stats = _stats_from_json(_load_json(root / "meta/stats.json")) if (root / "meta/stats.json").exists() else {}
+    stats = stats_from_json(_load_json(root / "meta/stats.json")) if (root / "meta/stats.json").exists() else {}
     return tasks, episodes, frames, stats, paths[0].parent.parent
 
 
@@ -461,7 +397,7 @@ def _read_v21(root: Path, info: dict):
     for n, row in enumerate(_load_jsonl(stats_path)):
         if not isinstance(row.get("stats"), dict):
             raise LeRobotDataError(f"{stats_path}: line {n + 1} lacks a 'stats' object")
-        per_ep.append(_stats_from_json(row["stats"]))
+        per_ep.append(stats_from_json(row["stats"]))
     return tasks, episodes, frames, aggregate_stats(per_ep), root / "data"
 
 
@@ -531,7 +467,7 @@ def read_dataset(path) -> LeRobotData:
 
     # Quantiles (and any feature without stats) come from the frames.
     stats = {k: dict(v) for k, v in stats.items()}
-    wanted = {"min", "max", "mean", "std", "count", *map(_qkey, QUANTILES)}
+    wanted = {"min", "max", "mean", "std", "count", *map(qkey, QUANTILES)}
     todo = {k: v for k, v in frames.items() if v.dtype.kind in "biuf" and not wanted <= set(stats.get(k, {}))}
     for key, st in compute_stats(todo).items():
         stats[key] = {**st, **stats.get(key, {})}

@@ -37,12 +37,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
+
+from data.atomic import atomic_directory
 
 VERSION = 1
 COLORS = {
@@ -214,13 +214,10 @@ def generate(out_dir, **kw) -> Path:
     Returns out_dir as a Path."""
     p = _params(**kw)
     out = Path(out_dir).expanduser().resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
     S, qn = p["image_size"], p["questions_per_image"]
     align, instruct, test, easy, scenes = [], [], [], [], {"train": {}, "test": {}, "easy": {}}
     splits = (("train", p["n_train"]), ("test", p["n_test"]), ("easy", p["n_easy"]))
-    try:
+    with atomic_directory(out) as tmp:
         for split_i, (split, n) in enumerate(splits):
             (tmp / "images" / split).mkdir(parents=True)
             rng = np.random.default_rng([p["seed"], split_i, VERSION])
@@ -252,14 +249,6 @@ def generate(out_dir, **kw) -> Path:
         _write_json(tmp / "scenes.json", scenes)
         _write_json(tmp / "meta.json", {"name": "sort_of_clevr", **p, "colors": list(COLORS),
                                         "shapes": list(SHAPES)})
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        if out.exists():
-            os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
