@@ -66,7 +66,6 @@ class BehaviorTask:
 
     def __init__(self, name: str = "behavior", run_name_parts: list | None = None):
         self.name = name
-        self.demos: Demonstrations | None = None
         self.tensors: dict[str, torch.Tensor] = {}
 
     def load_demonstrations(self, cfg) -> Demonstrations:
@@ -79,7 +78,7 @@ class BehaviorTask:
     def build_model(self, cfg):
         from core.run import run_dir_of
 
-        demos = self.demos = self.load_demonstrations(cfg)
+        demos = self.load_demonstrations(cfg)
         chunks = demos.normalised_chunks()
         tensors = {"states": torch.from_numpy(demos.states), "task": torch.from_numpy(demos.task)}
         kwargs = dict(state_dim=demos.states.shape[-1], num_tasks=len(task_names(cfg.env.tasks)), n_obs=int(cfg.policy.n_obs))
