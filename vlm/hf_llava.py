@@ -308,7 +308,7 @@ def verify_processor(model, path: Path, image_id: int, num_patches: int, image_s
         if hf.shape != ours.shape or not torch.allclose(hf, ours, atol=1e-5):
             diff = float((hf - ours).abs().max()) if hf.shape == ours.shape else f"shape {tuple(hf.shape)} vs {tuple(ours.shape)}"
             raise HFLlavaError(f"HF's image processor cannot reproduce this run's image strategy {image_strategy!r} (pixel difference {diff} "
-                               f"on a {image.size[0]}x{image.size[1]} image); export runs whose HF preprocessing is exact (resize-naive)")
+                               f"on a {image.size[0]}x{image.size[1]} image); export runs whose HF preprocessing is exact (resize-naive or letterbox)")
     fmt, image = model.prompt_format, _probe_images()[0]
     for turns in ([("human", "What is in the picture?")], [("human", "Describe it."), ("gpt", "A red circle."), ("human", "How many?")]):
         messages = [{"role": "user" if r == "human" else "assistant", "content": [{"type": "text", "text": t}]} for r, t in turns]

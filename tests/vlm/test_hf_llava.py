@@ -117,8 +117,10 @@ def test_siglip_run_exports_to_hf_llava_with_same_prompt_logits_and_greedy_token
     assert batch["attention_mask"][0, 0] == 0 and batch["attention_mask"][0, -1] == 1
 
 
-def test_clip_run_exports_with_class_token_dropped(tmp_path):
-    cfg = compose_cfg("encoder=tiny_clip", "encoder.image_strategy=resize-naive")  # timm CLIP: class token, pre-norm, quick_gelu
+@pytest.mark.parametrize("strategy", ["resize-naive", "letterbox"])
+def test_clip_run_exports_with_class_token_dropped(tmp_path, strategy):
+    """letterbox: the export's own check compares HF's pad_to_square with ours on odd size differences."""
+    cfg = compose_cfg("encoder=tiny_clip", f"encoder.image_strategy={strategy}")  # timm CLIP: class token, pre-norm, quick_gelu
     run = save_run(randomize(build_vlm(cfg)), cfg, tmp_path / "run")
     assert export_main([str(run), str(tmp_path / "llava")]) == 0
     hf, processor = assert_hf_matches(load(run), tmp_path / "llava")
