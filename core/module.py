@@ -148,15 +148,27 @@ def is_no_decay(name: str, param: nn.Parameter) -> bool:
     return param.ndim < 2 or name.endswith(".bias") or "norm" in name.lower()
 
 
+def declared_no_decay(module: nn.Module) -> set[str]:
+    """Parameter names that sub-modules exclude from weight decay themselves (timm's `no_weight_decay()`
+    convention, e.g. a ViT's position embeddings and class token), as names relative to `module`."""
+    names = set()
+    for prefix, sub in module.named_modules():
+        method = getattr(sub, "no_weight_decay", None)
+        if callable(method):
+            names |= {f"{prefix}.{n}" if prefix else n for n in method()}
+    return names
+
+
 def optimizer_groups(parts: Mapping[str, nn.Module], trainable: list[str], optim: Mapping) -> list[dict]:
     """AdamW parameter groups: for each trainable part, a decay and a no-decay group at lr * lr_scale[part]."""
     lr_scale = dict(optim.get("lr_scale") or {})
     groups = []
     for name in trainable:
         decay, no_decay = [], []
+        declared = declared_no_decay(parts[name])
         for pname, p in parts[name].named_parameters():
             if p.requires_grad:
-                (no_decay if is_no_decay(pname, p) else decay).append(p)
+                (no_decay if is_no_decay(pname, p) or pname in declared else decay).append(p)
         lr = optim["lr"] * float(lr_scale.get(name, 1.0))
         if decay:
             groups.append({"params": decay, "weight_decay": optim.get("weight_decay", 0.0), "lr": lr, "name": f"{name}/decay"})

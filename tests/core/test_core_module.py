@@ -60,3 +60,15 @@ def test_linear_warmup_then_cosine():
     progress = (55 - 10) / 90
     assert lrs[55] == pytest.approx(0.5 * (1 + math.cos(math.pi * progress)))
     assert lrs[99] < 0.01
+
+
+def test_parameters_a_timm_vit_declares_get_no_decay():
+    import timm
+
+    vit = timm.create_model("vit_base_patch16_siglip_224", pretrained=False, num_classes=0, img_size=32, patch_size=8,
+                            embed_dim=32, depth=1, num_heads=2)
+    assert "pos_embed" in vit.no_weight_decay()
+    phase = {"name": "p", "trainable": ["encoder"], "optim": {"lr": 1.0, "weight_decay": 0.1}}
+    groups = {g["name"]: g for g in optimizer_groups({"encoder": nn.Sequential(vit)}, phase["trainable"], phase["optim"])}
+    assert any(p is vit.pos_embed for p in groups["encoder/no_decay"]["params"])  # 3-D, yet excluded as timm declares
+    assert any(p is vit.patch_embed.proj.weight for p in groups["encoder/decay"]["params"])
