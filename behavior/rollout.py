@@ -158,7 +158,8 @@ class RolloutBenchmark:
         policy = load(run_dir)
         tasks = task_names(cfg.get("tasks") or run_cfg.env.tasks)
         start = time.perf_counter()
-        metrics = rollout(policy, tasks, int(cfg.episodes_per_task), int(cfg.get("eval_seed") or run_cfg.env.eval_seed),
+        eval_seed = run_cfg.env.eval_seed if cfg.get("eval_seed") is None else cfg.eval_seed
+        metrics = rollout(policy, tasks, int(cfg.episodes_per_task), int(eval_seed),
                           horizon=int(run_cfg.env.horizon), envs_per_task=int(cfg.envs_per_task),
                           execution=str(cfg.execution), temperature=float(cfg.temperature), seed=int(cfg.seed),
                           videos=int(cfg.get("videos", 0)), video_dir=Path(run_dir) / "videos")
