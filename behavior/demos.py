@@ -16,6 +16,7 @@ from pathlib import Path
 from behavior.metaworld import CONFIGS_PER_SEED, HORIZON, SUITES, expert, make_env, run_expert, task_names
 from data.lerobot import Episode, write_dataset
 
+AFTER_SUCCESS = 20  # expert steps kept after the first success
 FPS = 80  # Meta-World's control frequency (frame_skip 5 × 2.5 ms MuJoCo steps)
 STATE_NAMES = ([f"hand_{a}" for a in "xyz"] + ["gripper"] + [f"obj1_{a}" for a in ("x", "y", "z", "qw", "qx", "qy", "qz")]
                + [f"obj2_{a}" for a in ("x", "y", "z", "qw", "qx", "qy", "qz")])
@@ -23,14 +24,14 @@ STATE_NAMES = STATE_NAMES + [f"prev_{n}" for n in STATE_NAMES] + [f"goal_{a}" fo
 ACTION_NAMES = ["dx", "dy", "dz", "gripper"]
 
 
-def _collect_task(task: str, episodes: int, seed: int, horizon: int) -> tuple[list[Episode], int]:
+def _collect_task(task: str, episodes: int, seed: int, horizon: int, after_success: int) -> tuple[list[Episode], int]:
     policy, kept, tried, benchmark_seed, env = expert(task), [], 0, seed, None
     while len(kept) < episodes:
         index = tried % CONFIGS_PER_SEED
         if index == 0:
             benchmark_seed = seed + tried // CONFIGS_PER_SEED
             env = make_env(task, benchmark_seed)
-        traj = run_expert(env, task, index, benchmark_seed, horizon=horizon, policy=policy)
+        traj = run_expert(env, task, index, benchmark_seed, horizon=horizon, after_success=after_success, policy=policy)
         tried += 1
         if traj.success:
             kept.append(Episode(traj.observations, traj.actions, task, success=traj.successes, reward=traj.rewards,
@@ -41,25 +42,26 @@ def _collect_task(task: str, episodes: int, seed: int, horizon: int) -> tuple[li
 
 
 def collect(tasks: list[str], episodes_per_task: int, out, seed: int = 0, workers: int = 2,
-            horizon: int = HORIZON) -> tuple[Path, dict[str, tuple[int, int]]]:
+            horizon: int = HORIZON, after_success: int = AFTER_SUCCESS) -> tuple[Path, dict[str, tuple[int, int]]]:
     """Collect and write the dataset; returns (path, {task: (kept, tried)})."""
     out = Path(out)
     if out.exists():
         raise FileExistsError(f"{out} exists; remove it or choose another --out")
     with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
-        results = list(pool.map(_collect_task, tasks, [episodes_per_task] * len(tasks), [seed] * len(tasks),
-                                [horizon] * len(tasks)))
+        n = len(tasks)
+        results = list(pool.map(_collect_task, tasks, [episodes_per_task] * n, [seed] * n, [horizon] * n, [after_success] * n))
     episodes = [ep for kept, _ in results for ep in kept]
     path = write_dataset(out, episodes, fps=FPS, robot_type="sawyer", state_names=STATE_NAMES, action_names=ACTION_NAMES)
     return path, {task: (len(kept), tried) for task, (kept, tried) in zip(tasks, results)}
 
 
-def ensure_demos(cache_dir: str, tasks, episodes_per_task: int, seed: int = 0, workers: int = 2) -> str:
+def ensure_demos(cache_dir: str, tasks, episodes_per_task: int, seed: int = 0, workers: int = 2,
+                 after_success: int = AFTER_SUCCESS) -> str:
     """The demonstration dataset for these parameters under `cache_dir`, collected on first use."""
     names = task_names(tasks)
     label = tasks if isinstance(tasks, str) and tasks in SUITES else "_".join(n.removesuffix("-v3") for n in names)
-    out = Path(cache_dir) / f"metaworld-{label}-{episodes_per_task}eps-seed{seed}"
+    out = Path(cache_dir) / f"metaworld-{label}-{episodes_per_task}eps-seed{seed}-after{after_success}"
     if not (out / "meta" / "info.json").exists():
-        path, report = collect(names, episodes_per_task, out, seed=seed, workers=workers)
+        path, report = collect(names, episodes_per_task, out, seed=seed, workers=workers, after_success=after_success)
         print(f"collected {sum(k for k, _ in report.values())} expert episodes into {path}")
     return str(out)

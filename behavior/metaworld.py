@@ -84,12 +84,15 @@ class Trajectory:
 
 
 def run_expert(env, task: str, config_index: int, benchmark_seed: int, horizon: int = HORIZON,
-               stop_on_success: bool = True, policy=None) -> Trajectory:
-    """One scripted-expert episode (actions clipped to [-1, 1] before they are stepped and stored)."""
+               after_success: int = 0, policy=None) -> Trajectory:
+    """One scripted-expert episode (actions clipped to [-1, 1] before they are stepped and stored). It ends
+    `after_success` steps after the first success (so demonstrations also show how to settle at the goal:
+    an episode cut at the first success never shows the states just past the success threshold)."""
     policy = policy or expert(task)
     obs = select_config(env, config_index)
     observations, actions, rewards, successes = [], [], [], []
-    for _ in range(horizon):
+    first = None
+    for step in range(horizon):
         action = np.clip(policy.get_action(obs), -1.0, 1.0).astype(np.float32)
         next_obs, reward, terminated, truncated, info = env.step(action)
         observations.append(obs)
@@ -97,7 +100,9 @@ def run_expert(env, task: str, config_index: int, benchmark_seed: int, horizon: 
         rewards.append(reward)
         successes.append(bool(info["success"]))
         obs = np.asarray(next_obs, dtype=np.float32)
-        if (stop_on_success and successes[-1]) or terminated or truncated:
+        if first is None and successes[-1]:
+            first = step
+        if (first is not None and step - first >= after_success) or terminated or truncated:
             break
     return Trajectory(task, config_index, benchmark_seed, np.stack(observations), np.stack(actions),
                       np.asarray(rewards, dtype=np.float32), np.asarray(successes))

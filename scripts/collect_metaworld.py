@@ -3,7 +3,8 @@
     python scripts/collect_metaworld.py --tasks mt10 --episodes-per-task 50 --out DIR
 
 Each task's episodes start from the configurations of benchmark seed `--seed`
-(0..49); only successful episodes are kept (actions clipped to [-1, 1]); when
+(0..49); only successful episodes are kept (actions clipped to [-1, 1]), each
+running `--after-success` steps past its first success; when
 some fail, further configurations come from benchmark seeds `--seed + 1`, ...
 Every episode's task, benchmark seed and configuration index are stored in the
 dataset's episode metadata. Tasks run in parallel processes. Evaluation uses a
@@ -31,9 +32,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="output directory (must not exist)")
     parser.add_argument("--seed", type=int, default=0, help="first benchmark seed of the demonstrations")
     parser.add_argument("--workers", type=int, default=2, help="parallel processes")
+    parser.add_argument("--after-success", type=int, default=20, help="expert steps kept after the first success")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    path, report = collect(task_names(args.tasks), args.episodes_per_task, args.out, seed=args.seed, workers=args.workers)
+    path, report = collect(task_names(args.tasks), args.episodes_per_task, args.out, seed=args.seed, workers=args.workers,
+                           after_success=args.after_success)
     for task, (kept, tried) in report.items():
         print(f"{task:26s} {kept:4d} successful of {tried:4d} expert episodes")
     print(f"wrote {path} in {time.perf_counter() - start:.1f} s")

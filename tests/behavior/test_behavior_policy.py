@@ -26,10 +26,11 @@ def test_collected_demonstrations_are_successful_clipped_and_reproducible(reach_
     assert np.abs(frames["action"]).max() <= 1.0
     assert frames["observation.state"].shape[1] == 39
     first = data.episode(0)
-    assert bool(first["next.success"][-1]) and not first["next.success"][:-1].any()  # ends at the first success
+    hit = int(np.argmax(first["next.success"]))  # the first success; the episode runs 20 expert steps past it
+    assert first["next.success"][hit] and not first["next.success"][:hit].any() and len(first["action"]) == hit + 21
     episode = data.episodes[0]
     replay = run_expert(make_env("reach-v3", episode["benchmark_seed"]), "reach-v3", episode["config_index"],
-                        episode["benchmark_seed"])
+                        episode["benchmark_seed"], after_success=20)
     np.testing.assert_allclose(replay.actions, first["action"], atol=1e-6)  # seeds recorded: the episode replays
     for stat in ("min", "max", "mean", "std", "q01", "q99"):
         assert stat in data.stats["action"]
