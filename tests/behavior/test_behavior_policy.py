@@ -11,6 +11,7 @@ import torch
 
 from behavior.codec import ActionCodec
 from behavior.inference import load
+from behavior.lightning import tokenizer_kwargs
 from behavior.metaworld import make_env, run_expert
 from behavior.policy import GPTPolicy
 from behavior.tokenizers import build_tokenizer
@@ -128,7 +129,7 @@ def test_every_behavior_option_composes_and_names_the_run(group):
         assert cfg[group].name == option
         assert run_name(cfg).startswith("behavior-")
         if group == "tokenizer":  # every tokenizer config builds through the registry
-            build_tokenizer(cfg.tokenizer.name, **{k: v for k, v in cfg.tokenizer.items() if k not in ("name", "chunk_size")})
+            build_tokenizer(cfg.tokenizer.name, **tokenizer_kwargs(cfg.tokenizer))
 
 
 def test_rollout_records_requested_videos(behavior_cfg, monkeypatch, tmp_path):
