@@ -2,7 +2,8 @@
 
 `TrainModule` owns what is common to all tasks and nothing about images or
 actions: AdamW with no weight decay on biases and norm weights, per-part
-learning-rate scales, linear warmup (by ratio) then cosine decay, the count of
+learning-rate scales, linear warmup (by ratio) then cosine decay (or another
+transformers schedule, `optim.scheduler`), the count of
 micro-batches consumed (the data position a resumed run continues from) and the
 RNG states stored in every checkpoint (one set per rank under DDP). Subclasses
 implement `compute_loss` and `parts` (the named sub-modules that a phase may
@@ -25,7 +26,7 @@ import lightning as L
 import numpy as np
 import torch
 from torch import nn
-from transformers import get_cosine_schedule_with_warmup
+from transformers import get_scheduler
 
 
 class TrainModule(L.LightningModule):
@@ -105,7 +106,9 @@ class TrainModule(L.LightningModule):
             eps=self.optim.get("eps", 1e-8),
         )
         warmup = math.ceil(self.optim.get("warmup_ratio", 0.0) * self.total_steps)
-        sched = get_cosine_schedule_with_warmup(opt, warmup, max(self.total_steps, 1))
+        # optim.scheduler: a transformers schedule name ("cosine" default; "constant_with_warmup", "linear", ...)
+        sched = get_scheduler(self.optim.get("scheduler", "cosine"), opt, num_warmup_steps=warmup,
+                              num_training_steps=max(self.total_steps, 1))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # --- resume state ------------------------------------------------------------------------

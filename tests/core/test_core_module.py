@@ -62,6 +62,18 @@ def test_linear_warmup_then_cosine():
     assert lrs[99] < 0.01
 
 
+def test_constant_schedule_after_warmup():
+    module = make(warmup_ratio=0.1, scheduler="constant_with_warmup")
+    conf = module.configure_optimizers()
+    opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+    lrs = []
+    for _ in range(100):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[5] == pytest.approx(0.5) and lrs[10] == lrs[99] == pytest.approx(1.0)
+
+
 def test_parameters_a_timm_vit_declares_get_no_decay():
     import timm
 
