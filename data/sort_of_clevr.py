@@ -2,20 +2,28 @@
 
 After Santoro et al. 2017 ("A simple neural network module for relational
 reasoning"). Each image shows 6 objects of 6 distinct colours (red, green, blue,
-orange, gray, yellow), each a circle or a square, placed at random without
-overlap on a neutral mid-gray background (which SigLIP-style normalisation,
-mean = std = 0.5, maps to about zero: empty patches then carry no signal, which
-a from-scratch ViT needs; on white nothing was learned). The gray object is a
-dark gray. Per colour there are 3 non-relational questions (shape; left/right
-of the vertical midline; top/bottom of the horizontal midline) and 3
-relational ones (shape of the nearest object; shape of the farthest object;
-how many objects share its shape, itself included), all with one-word answers.
+orange, gray, yellow), each a circle or a square, on a neutral mid-gray
+background (which SigLIP-style normalisation, mean = std = 0.5, maps to about
+zero: empty patches then carry no signal, which a from-scratch ViT needs; on
+white nothing was learned). The gray object is a dark gray.
+
+By default (`cell` = 8) each object sits in its own cell of an 8x8 grid of 8-px
+cells, the patch grid of the demo's encoder: a ViT trained from scratch on 10k
+images reads an object's shape from one patch (100% held-out after 700 steps in
+a probe) but not from the corners of an object cut across patches (about 55%
+after 1,000 steps, where a CNN reaches 96%). `cell` = 0 places objects anywhere
+without overlap, as the original generator does.
+
+Per colour there are 3 non-relational questions (shape; left/right of the
+vertical midline; top/bottom of the horizontal midline) and 3 relational ones
+(shape of the nearest object; shape of the farthest object; how many objects
+share its shape, itself included), all with one-word answers.
 
 Output folder (the image root; every path in the records is relative to it):
 
     images/train/000000.png ...   images/test/000000.png ...
     align.json     LLaVA records, one per train image: "<image>\\nDescribe the image." -> caption
-                   ('red circle top left. green square bottom right. ...', random object order)
+                   ('red top left circle nearest square farthest circle same 3. ...', random object order)
     instruct.json  LLaVA records, one per train image: its questions as a multi-turn chat
     test.json      [{"id", "image", "question", "answer", "type", "subtype"}] on held-out images
     scenes.json    {"train": {id: objects}, "test": {id: objects}}; an object is
@@ -44,7 +52,7 @@ from PIL import Image, ImageDraw
 
 from data.atomic import atomic_directory
 
-VERSION = 1
+VERSION = 2
 COLORS = {
     "red": (230, 25, 25),
     "green": (20, 170, 40),
@@ -65,40 +73,56 @@ TEMPLATES = {
     "count": "How many objects have the same shape as the {c} object?",
 }
 CAPTION_PROMPT = "Describe the image."
-DEFAULTS = dict(seed=0, n_train=10000, n_test=200, image_size=64, object_size=10,
+DEFAULTS = dict(seed=0, n_train=10000, n_test=200, image_size=64, object_size=7, cell=8,
                 questions_per_image=20, supersample=4, background=128, n_easy=0, easy_max_objects=3)
 
 
 # ----------------------------------------------------------------------------- scenes
 def sample_scene(rng: np.random.Generator, image_size: int, object_size: int,
-                 gap: int = 1, tie_margin: float = 1.0, colors: list[str] | None = None) -> list[dict]:
-    """Objects of the given colours (default: all six) with integer top-left corners,
-    non-overlapping bounding boxes, no centre within 1 px of a midline and no
-    near-ties in nearest/farthest."""
+                 gap: int = 1, tie_margin: float = 1.0, colors: list[str] | None = None,
+                 cell: int = 0) -> list[dict]:
+    """Objects of the given colours (default: all six), no centre within 1 px of a
+    midline and no near-ties in nearest/farthest. With `cell` = 0 anywhere (integer
+    top-left corners, non-overlapping bounding boxes `gap` px apart); with `cell` > 0
+    each object centred in its own cell of a grid of `cell`-px cells."""
     colors = list(COLORS) if colors is None else colors
-    half, s = image_size / 2, object_size
-    hi = image_size - s  # top-left corner range [0, hi]
-    if hi < 0:
-        raise ValueError("object_size larger than image_size")
+    s = object_size
+    if s > (cell or image_size):
+        raise ValueError(f"object_size {s} larger than the {'cell' if cell else 'image'} ({cell or image_size} px)")
     for _ in range(10000):
-        corners: list[tuple[int, int]] = []
-        for _ in range(10000):
-            if len(corners) == len(colors):
-                break
-            x, y = (int(v) for v in rng.integers(0, hi + 1, size=2))
-            cx, cy = x + s / 2, y + s / 2
-            if abs(cx - half) < 1 or abs(cy - half) < 1:
-                continue
-            if all(max(abs(x - a), abs(y - b)) >= s + gap for a, b in corners):
-                corners.append((x, y))
-        if len(corners) < len(colors):
+        centers = _grid_centers(rng, image_size, cell, len(colors)) if cell else \
+            _free_centers(rng, image_size, s, gap, len(colors))
+        if centers is None:
             continue
         shapes = rng.integers(0, len(SHAPES), size=len(colors))
-        objs = [{"color": c, "shape": SHAPES[int(k)], "center": [x + s / 2, y + s / 2], "size": s}
-                for c, k, (x, y) in zip(colors, shapes, corners)]
+        objs = [{"color": c, "shape": SHAPES[int(k)], "center": [x, y], "size": s}
+                for c, k, (x, y) in zip(colors, shapes, centers)]
         if _ties_ok(objs, tie_margin):
             return objs
     raise RuntimeError("could not place objects; make object_size smaller")
+
+
+def _free_centers(rng, image_size: int, s: int, gap: int, n: int) -> list[tuple[float, float]] | None:
+    half, hi = image_size / 2, image_size - s  # top-left corner range [0, hi]
+    corners: list[tuple[int, int]] = []
+    for _ in range(10000):
+        if len(corners) == n:
+            return [(x + s / 2, y + s / 2) for x, y in corners]
+        x, y = (int(v) for v in rng.integers(0, hi + 1, size=2))
+        if abs(x + s / 2 - half) < 1 or abs(y + s / 2 - half) < 1:
+            continue
+        if all(max(abs(x - a), abs(y - b)) >= s + gap for a, b in corners):
+            corners.append((x, y))
+    return None
+
+
+def _grid_centers(rng, image_size: int, cell: int, n: int) -> list[tuple[float, float]] | None:
+    half, g = image_size / 2, image_size // cell
+    centers = [(i * cell + cell / 2, j * cell + cell / 2) for j in range(g) for i in range(g)]
+    centers = [c for c in centers if abs(c[0] - half) >= 1 and abs(c[1] - half) >= 1]
+    if len(centers) < n:
+        raise ValueError(f"a {g}x{g} grid of {cell}-px cells has room for {len(centers)} objects, not {n}")
+    return [centers[int(i)] for i in rng.permutation(len(centers))[:n]]
 
 
 def _ties_ok(objs: list[dict], margin: float) -> bool:
@@ -169,17 +193,21 @@ def questions(rng: np.random.Generator, objs: list[dict], n: int, image_size: in
 
 
 def caption(objs: list[dict], image_size: int, order=None) -> str:
-    """Every object as '{colour} {shape} {top|bottom} {left|right}.', in the given
-    order (generate() uses a random one), e.g. 'gray circle bottom left. red
-    square top left. ...'. The shape word comes right after its colour word and
-    the order is random, so a model must read the colour word and find that
-    colour in the image (with a fixed colour order it can learn the caption
-    without ever reading the colour word, which does not transfer to questions)."""
+    """Every object as '{colour} {top|bottom} {left|right} {shape} nearest {shape}
+    farthest {shape} same {n}.' (the shapes of its nearest and farthest objects, how
+    many objects share its shape), in the given order (generate() uses a random
+    one), e.g. 'gray bottom left circle nearest square farthest circle same 4. ...'.
+    The order is random, so a model must read the colour word and find that colour
+    in the image; the word right after the colour is a position, which a
+    from-scratch ViT reads first (its position embeddings start as 2-D sin-cos), so
+    the lookup by colour word is learned at the colour word itself and carries over
+    to questions, whose answer is read back from the colour word. Every question
+    type has its answer in the caption: dense supervision of the same lookups."""
     parts = []
     for o in (objs if order is None else [objs[int(i)] for i in order]):
-        h = answer(objs, o["color"], "horizontal", image_size)
-        v = answer(objs, o["color"], "vertical", image_size)
-        parts.append(f"{o['color']} {o['shape']} {v} {h}.")
+        a = {s: answer(objs, o["color"], s, image_size) for s in (*SUBTYPES["non_relational"], *SUBTYPES["relational"])}
+        parts.append(f"{o['color']} {a['vertical']} {a['horizontal']} {a['shape']} nearest {a['nearest']} "
+                     f"farthest {a['farthest']} same {a['count']}.")
     return " ".join(parts)
 
 
@@ -226,7 +254,7 @@ def generate(out_dir, **kw) -> Path:
                 if split == "easy":  # curriculum images: 1..easy_max_objects objects of random colours
                     count = int(rng.integers(1, p["easy_max_objects"] + 1))
                     colors = [list(COLORS)[int(i)] for i in sorted(rng.permutation(len(COLORS))[:count])]
-                objs = sample_scene(rng, S, p["object_size"], colors=colors)
+                objs = sample_scene(rng, S, p["object_size"], colors=colors, cell=p["cell"])
                 rel = f"images/{split}/{k:06d}.png"
                 render(objs, S, p["supersample"], p["background"]).save(tmp / rel, optimize=False)
                 qs = questions(rng, objs, qn, S)

@@ -94,8 +94,9 @@ def test_answers_rederived(ds):
         orders.add(tuple(w for w in r["conversations"][1]["value"].split() if w in soc.COLORS))
         cap = r["conversations"][1]["value"]
         for o in objs:
-            pos = f'{_answer(objs, o["color"], "vertical", size)} {_answer(objs, o["color"], "horizontal", size)}'
-            assert f'{o["color"]} {o["shape"]} {pos}.' in cap
+            a = {sub: _answer(objs, o["color"], sub, size) for sub in soc.TEMPLATES}
+            assert (f'{o["color"]} {a["vertical"]} {a["horizontal"]} {o["shape"]} nearest {a["nearest"]} '
+                    f'farthest {a["farthest"]} same {a["count"]}.') in cap
     assert len(orders) > 1, "caption object order should vary"
 
 
@@ -115,6 +116,17 @@ def test_geometry(ds):
     for o in objs:
         x, y = (int(v) for v in o["center"])
         assert np.abs(px[y, x] - np.array(soc.COLORS[o["color"]])).max() < 30
+
+
+def test_grid_layout_centres_objects_in_cells_and_free_layout_places_anywhere(ds, tmp_path):
+    scenes = load(ds, "scenes.json")  # default layout: one object per 8-px cell (the encoder's patch grid)
+    centres = [c for objs in scenes["train"].values() for o in objs for c in o["center"]]
+    assert all((c - 4) % 8 == 0 for c in centres)
+    free = soc.generate(tmp_path / "free", seed=3, **{**SMALL, "cell": 0, "n_train": 6})
+    centres = [c for objs in load(free, "scenes.json")["train"].values() for o in objs for c in o["center"]]
+    assert any((c - 4) % 8 != 0 for c in centres)
+    with pytest.raises(ValueError, match="larger than the cell"):
+        soc.sample_scene(np.random.default_rng(0), 64, 9, cell=8)
 
 
 def test_llava_records(ds):
