@@ -33,10 +33,14 @@ from vlm.prompting import VICUNA_SYSTEM
 from vlm.tiny_text import TEXT_WRITERS
 from vlm.tiny_vision import WRITERS as VISION_WRITERS
 
-VERSION = 2
+VERSION = 3
 SIGLIP_ARGS = dict(img_size=64, patch_size=8, embed_dim=128, depth=4, num_heads=4, mlp_ratio=4.0)
+# initializer_range ~ 1/sqrt(hidden_size): HF's 0.02 is the fan-in scale of a ~2,500-wide model; at width 192 it
+# leaves the untrained attention near-uniform for hundreds of steps (a caption probe escaped chance at step ~400 with
+# 0.02, ~110 with 0.06).
 LLAMA_ARGS = dict(hidden_size=192, intermediate_size=512, num_hidden_layers=3, num_attention_heads=4,
-                  num_key_value_heads=4, max_position_embeddings=1024, tie_word_embeddings=False)
+                  num_key_value_heads=4, max_position_embeddings=1024, tie_word_embeddings=False,
+                  initializer_range=0.07)
 TOKENIZER_VOCAB = 1000
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
@@ -56,7 +60,7 @@ def _corpus() -> list[str]:
         for template in sort_of_clevr.TEMPLATES.values():
             lines += [f"In: {template.format(c=color)}\nOut: {a}" for a in answers]
         for shape in sort_of_clevr.SHAPES:
-            lines += [f"{color} {shape} {v} {h}." for v in ("top", "bottom") for h in ("left", "right")]
+            lines += [f"{color} {v} {h} {shape}." for v in ("top", "bottom") for h in ("left", "right")]
     lines += ["The quick brown fox jumps over the lazy dog.", "What is in the picture? A cat sitting on a mat."]
     return lines * 4
 
