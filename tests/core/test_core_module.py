@@ -47,15 +47,20 @@ def test_unknown_trainable_part_is_an_error():
         make(trainable=("a", "vision"))
 
 
-def test_linear_warmup_then_cosine():
-    module = make(warmup_ratio=0.1)
+def scheduled_lrs(module, steps=100):
+    """The learning rate of each of `steps` optimizer steps under the module's schedule."""
     conf = module.configure_optimizers()
     opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
     lrs = []
-    for _ in range(100):
+    for _ in range(steps):
         lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         sched.step()
+    return lrs
+
+
+def test_linear_warmup_then_cosine():
+    lrs = scheduled_lrs(make(warmup_ratio=0.1))
     assert lrs[0] == 0.0 and lrs[5] == pytest.approx(0.5) and lrs[10] == pytest.approx(1.0)
     progress = (55 - 10) / 90
     assert lrs[55] == pytest.approx(0.5 * (1 + math.cos(math.pi * progress)))
@@ -63,14 +68,7 @@ def test_linear_warmup_then_cosine():
 
 
 def test_constant_schedule_after_warmup():
-    module = make(warmup_ratio=0.1, scheduler="constant_with_warmup")
-    conf = module.configure_optimizers()
-    opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
-    lrs = []
-    for _ in range(100):
-        lrs.append(opt.param_groups[0]["lr"])
-        opt.step()
-        sched.step()
+    lrs = scheduled_lrs(make(warmup_ratio=0.1, scheduler="constant_with_warmup"))
     assert lrs[5] == pytest.approx(0.5) and lrs[10] == lrs[99] == pytest.approx(1.0)
 
 
