@@ -116,7 +116,7 @@ def _free_centers(rng, image_size: int, s: int, gap: int, n: int) -> list[tuple[
     return None
 
 
-def _grid_centers(rng, image_size: int, cell: int, n: int) -> list[tuple[float, float]] | None:
+def _grid_centers(rng, image_size: int, cell: int, n: int) -> list[tuple[float, float]]:
     half, g = image_size / 2, image_size // cell
     centers = [(i * cell + cell / 2, j * cell + cell / 2) for j in range(g) for i in range(g)]
     centers = [c for c in centers if abs(c[0] - half) >= 1 and abs(c[1] - half) >= 1]
