@@ -11,7 +11,7 @@ import hydra
 from omegaconf import DictConfig
 
 import vlm.tiny  # noqa: F401  (registers the ${tiny:NAME} config resolver)
-from data.llava import DataError
+from data.errors import DataError
 from eval.scorers import ScoringError
 from vlm.hub import ComponentLoadError
 from core.cli import exit_on_user_error

@@ -15,7 +15,7 @@ import hydra
 from omegaconf import DictConfig
 
 import vlm.tiny  # noqa: F401  (registers the ${tiny:NAME} config resolver)
-from data.llava import DataError
+from data.errors import DataError
 from vlm.hub import ComponentLoadError
 from core.cli import default_trainer_override, exit_on_user_error
 from core.run import train

@@ -29,6 +29,7 @@ from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table
 
+from data.atomic import atomic_file
 from behavior.metaworld import HORIZON, make_env, select_config, task_names
 
 console = Console()
@@ -136,9 +137,8 @@ def save_gif(frames: list[np.ndarray], path: Path, fps: int = 40) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     images = [Image.fromarray(np.asarray(f, dtype=np.uint8)) for f in frames[::2]]  # every other frame
-    tmp = path.with_name(path.name + ".tmp")
-    images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:], duration=int(2000 / fps), loop=0)
-    tmp.replace(path)
+    with atomic_file(path) as tmp:
+        images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:], duration=int(2000 / fps), loop=0)
 
 
 class RolloutBenchmark:

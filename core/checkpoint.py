@@ -11,22 +11,19 @@ sharded checkpoint, a directory, from its `meta.pt`).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from safetensors.torch import save_model
 
+from data.atomic import atomic_file
+
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint, path, storage_options=None):
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        super().save_checkpoint(checkpoint, tmp, storage_options)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with atomic_file(Path(path), fsync=True) as tmp:
+            super().save_checkpoint(checkpoint, tmp, storage_options)
 
 
 def peek(path: Path) -> dict:
@@ -42,9 +39,8 @@ def peek(path: Path) -> dict:
 
 def save_weights_atomic(model: torch.nn.Module, path: Path) -> None:
     """Model weights as safetensors, written to a temporary file then renamed into place."""
-    tmp = path.with_name(path.name + ".tmp")
-    save_model(model, str(tmp))
-    os.replace(tmp, path)
+    with atomic_file(path) as tmp:
+        save_model(model, str(tmp))
 
 
 def step_of(path: Path) -> int:
@@ -70,5 +66,5 @@ def resume_checkpoint(ckpt_dir: Path) -> Path | None:
 
 def remove_stray_tmp(ckpt_dir: Path) -> None:
     """Delete the `*.tmp` files an interrupted write left behind."""
-    for tmp in Path(ckpt_dir).glob("*.tmp"):
+    for tmp in Path(ckpt_dir).glob("*.tmp*"):
         tmp.unlink(missing_ok=True)

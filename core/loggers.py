@@ -17,6 +17,8 @@ from pathlib import Path
 from lightning.pytorch.loggers import CSVLogger, MLFlowLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
+from data.atomic import atomic_file
+
 
 class _KeepingWriter(ExperimentWriter):
     def __init__(self, log_dir: str, keep_before_step: int, last_row: dict | None = None):
@@ -36,12 +38,10 @@ class _KeepingWriter(ExperimentWriter):
         if self.last_row and last >= 0 and not any(int(float(r["step"])) == last for r in rows):
             rows.append({**{k: str(v) for k, v in self.last_row.items()}, "step": str(last)})
             header += [k for k in self.last_row if k not in header]
-        tmp = path + ".tmp"
-        with open(tmp, "w", newline="") as f:
+        with atomic_file(Path(path)) as tmp, open(tmp, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=header)
             writer.writeheader()
             writer.writerows(rows)
-        os.replace(tmp, path)
         self.metrics_keys = header
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import warnings
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from rich.console import Console
 from rich.table import Table
 from safetensors.torch import load_model
 
+from data.atomic import read_json, write_json
 from core.checkpoint import peek, remove_stray_tmp, resume_checkpoint, save_weights_atomic
 from core.loggers import RunCSVLogger, log_artifacts, mlflow_logger, optional_loggers
 from core.trainer import build_trainer, world_size
@@ -62,17 +62,11 @@ def run_dir_of(cfg: DictConfig) -> Path:
     return Path(cfg.run.root) / run_name(cfg)
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
-
-
 def update_results(run_dir: Path, new: dict) -> dict:
     path = run_dir / "results.json"
-    results = json.loads(path.read_text()) if path.exists() else {}
+    results = read_json(path, default={})
     results.update(new)
-    write_json_atomic(path, results)
+    write_json(path, results)
     return results
 
 
@@ -134,7 +128,7 @@ def train(cfg: DictConfig) -> dict:
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         remove_stray_tmp(run_dir / "checkpoints")
     progress_path = run_dir / "progress.json"
-    progress = json.loads(progress_path.read_text()) if progress_path.exists() else {"completed": {}}
+    progress = read_json(progress_path, default={"completed": {}})
     last_ckpt = run_dir / "checkpoints" / "last.ckpt"
     weights = run_dir / "model.safetensors"
 
@@ -182,7 +176,7 @@ def train(cfg: DictConfig) -> dict:
         if trainer.global_rank == 0:
             save_weights_atomic(model, weights)
             progress["completed"][phase.name] = steps
-            write_json_atomic(progress_path, progress)
+            write_json(progress_path, progress)
         trainer.strategy.barrier("phase-end")  # the next phase reads what rank 0 wrote
         step_offset += steps
         results[f"{phase.name}/train_loss"] = float(trainer.callback_metrics.get("train/loss", float("nan")))
@@ -211,7 +205,7 @@ def evaluate(cfg: DictConfig) -> dict:
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml); pass run=runs/NAME")
     benchmark = instantiate(cfg.benchmark, _recursive_=False)
     metrics = benchmark(run_dir, cfg)
-    previous = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").exists() else {}
+    previous = read_json(run_dir / "results.json", default={})
     # top level: the latest evaluation's metrics (flat); `benchmarks`: every benchmark evaluated so far
     update_results(run_dir, {**metrics, "benchmark": cfg.benchmark.name,
                              "benchmarks": {**previous.get("benchmarks", {}), cfg.benchmark.name: metrics}})

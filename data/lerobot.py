@@ -60,7 +60,7 @@ import pyarrow.parquet as pq
 from data.atomic import atomic_directory
 from data.lerobot_stats import (  # noqa: F401  (compute_stats and aggregate_stats are part of this module's API)
     QUANTILES, aggregate_stats, compute_stats, qkey, stats_from_json, stats_to_json)
-from data.llava import DataError
+from data.errors import DataError
 
 CODEBASE_VERSION = "v3.0"
 SUPPORTED_VERSIONS = ("v3.0", "v2.1")

@@ -26,11 +26,9 @@ from pathlib import Path
 
 from PIL import Image
 
+from data.errors import DataError
+
 IMAGE_TOKEN = "<image>"
-
-
-class DataError(ValueError):
-    """Malformed training data; the message names the file, the record and the fix."""
 
 
 def record_images(record: dict) -> list[str]:

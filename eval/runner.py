@@ -39,6 +39,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 import vlm
+from data.atomic import atomic_file
 from eval.scorers import SCORERS
 
 console = Console()
@@ -226,9 +227,8 @@ def read_log(log: Path, meta: dict) -> dict[str, dict]:
             done, keep = {}, []
         body = header + "".join(json.dumps(r) + "\n" for r in keep)
         if raw.decode("utf-8", errors="replace") != body:
-            tmp = log.with_name(log.name + ".tmp")
-            tmp.write_text(body, encoding="utf-8")
-            os.replace(tmp, log)
+            with atomic_file(log) as tmp:
+                tmp.write_text(body, encoding="utf-8")
     else:
         log.write_text(header, encoding="utf-8")
     return done

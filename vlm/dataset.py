@@ -22,7 +22,8 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-from data.llava import DataError, record_images
+from data.errors import DataError
+from data.llava import record_images
 from vlm.prompting import IGNORE_INDEX
 
 

@@ -21,8 +21,6 @@ backbone); weights are converted into the built model, and mismatches are refuse
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import warnings
 from copy import deepcopy
 from pathlib import Path
@@ -38,6 +36,8 @@ from torch import nn
 from transformers import (AutoConfig, AutoModel, AutoProcessor, AutoTokenizer, CLIPVisionConfig, LlavaConfig,
                           LlavaForConditionalGeneration, LlavaImageProcessor, LlavaProcessor, SiglipVisionConfig)
 from transformers.image_utils import PILImageResampling
+
+from data.atomic import atomic_directory
 
 IMAGE_TOKEN = "<image>"
 TANH_GELU = {"gelu_pytorch_tanh", "gelu_new"}
@@ -209,14 +209,8 @@ def export(model, out_dir: str | Path, image_strategy: str, dtype: torch.dtype =
     check_projector(model.projector)
     model = merged(model)  # LoRA adapters merged into a copy (peft merge_and_unload); the model itself keeps them
     out = Path(out_dir)
-    stage = out.with_name(out.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(stage, ignore_errors=True)
-    try:
+    with atomic_directory(out) as stage:
         _write(model, spec, stage, image_strategy, dtype)
-        shutil.rmtree(out, ignore_errors=True)
-        os.replace(stage, out)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
     return out
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
-from PIL import Image
 from torch import nn
 
 from vlm.hub import ComponentLoadError

@@ -18,8 +18,6 @@ Run `python -m vlm.tiny` to (re)create them all.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import timm
@@ -29,6 +27,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from data import sort_of_clevr
+from data.atomic import atomic_directory
+from data.cache import cache_root
 from vlm.prompting import VICUNA_SYSTEM
 from vlm.tiny_text import TEXT_WRITERS
 from vlm.tiny_vision import WRITERS as VISION_WRITERS
@@ -46,10 +46,6 @@ CHAT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
     "{% else %} {{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}"
 )
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("REFRACT_CACHE", Path.home() / ".cache" / "refract")).expanduser()
 
 
 def _corpus() -> list[str]:
@@ -121,12 +117,9 @@ def ensure_tiny(name: str, root: Path | None = None) -> Path:
         raise ValueError(f"unknown tiny flavour {name!r}; choose from {sorted(WRITERS)}")
     out = (root or cache_root()) / "tiny" / f"{name}-v{VERSION}"
     if not (out / "done.json").exists():
-        tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        WRITERS[name](tmp)
-        (tmp / "done.json").write_text(json.dumps({"name": name, "version": VERSION}))
-        shutil.rmtree(out, ignore_errors=True)
-        os.replace(tmp, out)
+        with atomic_directory(out) as tmp:
+            WRITERS[name](tmp)
+            (tmp / "done.json").write_text(json.dumps({"name": name, "version": VERSION}))
     return out
 
 

@@ -3,7 +3,6 @@
 import math
 
 import pytest
-import torch
 from torch import nn
 
 from core.module import TrainModule, optimizer_groups

@@ -13,7 +13,7 @@ import pytest
 
 from data import lerobot as lr
 from data.lerobot import Episode, LeRobotData, compute_stats, read_dataset, write_dataset
-from data.llava import DataError
+from data.errors import DataError
 
 FPS = 10
 QS = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}

@@ -10,7 +10,7 @@ from PIL import Image
 
 import vlm
 from core.run import evaluate, train
-from eval.runner import Item, read_log
+from eval.runner import read_log
 from tests.conftest import SCRATCH_SMALL, SMALL, compose_cfg
 
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 from PIL import Image
 
-from data.llava import DataError, load_llava
+from data.errors import DataError
+from data.llava import load_llava
 from vlm.dataset import Collator, VLMDataset, tokenize_records
 from vlm.prompting import IGNORE_INDEX
 

@@ -5,7 +5,8 @@ import json
 import pytest
 from PIL import Image
 
-from data.llava import DataError, load_llava
+from data.errors import DataError
+from data.llava import load_llava
 from vlm.dataset import tokenize_records
 
 GOOD = {"id": "ok", "image": "a.png", "conversations": [{"from": "human", "value": "<image>\nQ?"}, {"from": "gpt", "value": "A"}]}
