@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from data import lerobot as lr
+from data import lerobot_write
 from data.lerobot import Episode, LeRobotData, compute_stats, read_dataset, write_dataset
 from data.errors import DataError
 
@@ -241,7 +242,7 @@ def test_overwrite_replaces_dataset(tmp_path):
 
 
 def test_crash_while_writing_leaves_nothing(tmp_path, monkeypatch):
-    real, calls = lr._write_table, []
+    real, calls = lerobot_write._write_table, []
 
     def flaky(table, path):
         calls.append(path)
@@ -249,7 +250,7 @@ def test_crash_while_writing_leaves_nothing(tmp_path, monkeypatch):
             raise OSError("disk full")
         real(table, path)
 
-    monkeypatch.setattr(lr, "_write_table", flaky)
+    monkeypatch.setattr(lerobot_write, "_write_table", flaky)
     with pytest.raises(OSError, match="disk full"):
         write_dataset(tmp_path / "ds", make_episodes(), fps=FPS)
     assert len(calls) == 2 and list(tmp_path.iterdir()) == []  # no dataset, no temporary folder

@@ -1,0 +1,233 @@
+"""Read a LeRobotDataset folder, v3.0 or v2.1 (`read_dataset` -> `LeRobotData`); the layout is described in data/lerobot.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from data.lerobot_format import DEFAULT_CHUNK_SIZE, INDEX_COLUMNS, SUPPORTED_VERSIONS, LeRobotDataError
+from data.lerobot_stats import QUANTILES, aggregate_stats, compute_stats, qkey, stats_from_json
+
+
+def _load_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError as err:
+        raise LeRobotDataError(f"{path}: file not found; a LeRobot dataset needs it") from err
+    except json.JSONDecodeError as err:
+        raise LeRobotDataError(f"{path}: not valid JSON ({err})") from err
+
+
+def _load_jsonl(path: Path) -> list[dict]:
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError as err:
+        raise LeRobotDataError(f"{path}: file not found; a LeRobot v2.1 dataset needs it") from err
+    rows = []
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise LeRobotDataError(f"{path}: line {n} is not valid JSON ({err})") from err
+    return rows
+
+
+def _read_parquet(path: Path) -> pa.Table:
+    try:
+        return pq.read_table(path)
+    except FileNotFoundError as err:
+        raise LeRobotDataError(f"{path}: file not found; the dataset's metadata refers to it") from err
+    except (pa.ArrowInvalid, OSError) as err:
+        raise LeRobotDataError(f"{path}: not a readable parquet file ({err})") from err
+
+
+def _column_to_numpy(col: pa.ChunkedArray, name: str, path: Path) -> np.ndarray:
+    """A frame column as numpy: scalars -> (N,), equal-length numeric lists -> (N, D),
+    anything else (strings, image structs) -> an object array of Python values."""
+    if col.null_count:
+        raise LeRobotDataError(f"{path}: column {name!r} has {col.null_count} missing values")
+    t = col.type
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
+        return col.to_numpy()
+    if (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) and (
+            pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type) or pa.types.is_boolean(t.value_type)):
+        arr = col.combine_chunks()
+        lengths = pc.list_value_length(arr).to_numpy()
+        if len(lengths) and (lengths != lengths[0]).any():
+            raise LeRobotDataError(f"{path}: column {name!r} holds vectors of different lengths "
+                                   f"({sorted(set(lengths.tolist()))[:5]}); every frame needs the same size")
+        width = int(lengths[0]) if len(lengths) else 0
+        return arr.flatten().to_numpy(zero_copy_only=False).reshape(len(arr), width)
+    values = col.to_pylist()
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def _read_frames(paths: list[Path], features: dict) -> dict[str, np.ndarray]:
+    needed = [k for k, ft in features.items() if ft.get("dtype") != "video"]
+    for key in INDEX_COLUMNS:
+        if key not in needed:
+            needed.append(key)
+    parts = []
+    for path in paths:
+        table = _read_parquet(path)
+        missing = [k for k in needed if k not in table.column_names]
+        if missing:
+            raise LeRobotDataError(f"{path}: missing columns {missing} (meta/info.json features and the LeRobot "
+                                   f"index columns {list(INDEX_COLUMNS)} must all be in every data file)")
+        parts.append({k: _column_to_numpy(table.column(k), k, path) for k in table.column_names})
+    keys = [k for k in parts[0] if all(k in p for p in parts)]
+    frames = {k: np.concatenate([p[k] for p in parts]) for k in keys}
+    for v in frames.values():
+        v.flags.writeable = False
+    return frames
+
+
+def _tasks_v3(root: Path) -> list[str]:
+    path = root / "meta/tasks.parquet"
+    table = _read_parquet(path)
+    name = next((c for c in ("task", "__index_level_0__") if c in table.column_names), None)
+    if name is None or "task_index" not in table.column_names:
+        raise LeRobotDataError(f"{path}: expected columns 'task' (or a task index) and 'task_index', "
+                               f"found {table.column_names}")
+    return _task_list(table.column(name).to_pylist(), table.column("task_index").to_pylist(), path)
+
+
+def _task_list(tasks: list, indices: list, path: Path) -> list[str]:
+    if sorted(indices) != list(range(len(indices))):
+        raise LeRobotDataError(f"{path}: task_index values must be 0..{len(indices) - 1}, found {sorted(indices)[:10]}")
+    out = [None] * len(indices)
+    for t, i in zip(tasks, indices):
+        out[i] = t
+    return out
+
+
+def _read_v3(root: Path, info: dict):
+    tasks = _tasks_v3(root)
+    ep_paths = sorted((root / "meta/episodes").glob("*/*.parquet"))
+    if not ep_paths:
+        raise LeRobotDataError(f"{root / 'meta/episodes'}: no episode metadata files (chunk-*/file-*.parquet)")
+    table = pa.concat_tables([_read_parquet(p) for p in ep_paths], promote_options="default")
+    need = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index",
+            "dataset_from_index", "dataset_to_index"]
+    missing = [k for k in need if k not in table.column_names]
+    if missing:
+        raise LeRobotDataError(f"{ep_paths[0].parent.parent}: episode metadata lacks columns {missing}")
+    keep = [c for c in table.column_names if not c.startswith("stats/")]
+    episodes = [{k: v for k, v in row.items() if v is not None or k in need}
+                for row in table.select(keep).to_pylist()]
+    episodes.sort(key=lambda e: e["episode_index"])
+    locs = sorted(dict.fromkeys((e["data/chunk_index"], e["data/file_index"]) for e in episodes))
+    paths = [root / info["data_path"].format(chunk_index=c, file_index=f) for c, f in locs]
+    frames = _read_frames(paths, info["features"])
+    stats = stats_from_json(_load_json(root / "meta/stats.json")) if (root / "meta/stats.json").exists() else {}
+    return tasks, episodes, frames, stats, paths[0].parent.parent
+
+
+def _read_v21(root: Path, info: dict):
+    tasks_path = root / "meta/tasks.jsonl"
+    rows = _load_jsonl(tasks_path)
+    try:
+        tasks = _task_list([r["task"] for r in rows], [r["task_index"] for r in rows], tasks_path)
+    except KeyError as err:
+        raise LeRobotDataError(f"{tasks_path}: every line needs 'task_index' and 'task' (missing {err})") from err
+    ep_path = root / "meta/episodes.jsonl"
+    episodes = sorted(_load_jsonl(ep_path), key=lambda e: e.get("episode_index", -1))
+    for n, e in enumerate(episodes):
+        if not {"episode_index", "tasks", "length"} <= set(e):
+            raise LeRobotDataError(f"{ep_path}: episode line {n} lacks 'episode_index', 'tasks' or 'length': {e}")
+    start = 0
+    for e in episodes:
+        e["dataset_from_index"], e["dataset_to_index"] = start, start + e["length"]
+        start += e["length"]
+    chunks_size = info.get("chunks_size", DEFAULT_CHUNK_SIZE)
+    paths = [root / info["data_path"].format(episode_chunk=e["episode_index"] // chunks_size,
+                                             episode_index=e["episode_index"]) for e in episodes]
+    frames = _read_frames(paths, info["features"])
+    stats_path = root / "meta/episodes_stats.jsonl"
+    per_ep = []
+    for n, row in enumerate(_load_jsonl(stats_path)):
+        if not isinstance(row.get("stats"), dict):
+            raise LeRobotDataError(f"{stats_path}: line {n + 1} lacks a 'stats' object")
+        per_ep.append(stats_from_json(row["stats"]))
+    return tasks, episodes, frames, aggregate_stats(per_ep), root / "data"
+
+
+class LeRobotData:
+    """A LeRobot dataset read into memory (frames as read-only numpy arrays)."""
+
+    def __init__(self, root: Path, info: dict, stats: dict, tasks: list[str], episodes: list[dict],
+                 frames: dict[str, np.ndarray]):
+        self.root, self.info, self.stats, self.tasks, self.episodes = root, info, stats, tasks, episodes
+        self._frames = frames
+        self._by_index = {e["episode_index"]: e for e in episodes}
+
+    @property
+    def fps(self) -> int:
+        return self.info["fps"]
+
+    @property
+    def num_frames(self) -> int:
+        return len(self._frames["index"])
+
+    def frames(self) -> dict[str, np.ndarray]:
+        """column -> array over all frames, in dataset order (row i has index i)."""
+        return dict(self._frames)
+
+    def episode(self, i: int) -> dict[str, np.ndarray]:
+        """column -> array over the frames of the episode with episode_index i."""
+        if i not in self._by_index:
+            raise IndexError(f"{self.root}: no episode with episode_index {i} "
+                             f"(the dataset has {len(self.episodes)} episodes)")
+        e = self._by_index[i]
+        return {k: v[e["dataset_from_index"]:e["dataset_to_index"]] for k, v in self._frames.items()}
+
+    def __repr__(self) -> str:
+        return (f"LeRobotData({str(self.root)!r}, {self.info.get('codebase_version')}, "
+                f"{len(self.episodes)} episodes, {self.num_frames} frames, {len(self.tasks)} tasks)")
+
+
+def read_dataset(path) -> LeRobotData:
+    """Read a LeRobotDataset (v3.0 or v2.1 layout) from a local directory."""
+    root = Path(path).expanduser()
+    info_path = root / "meta/info.json"
+    if not info_path.is_file():
+        raise LeRobotDataError(f"{root}: not a LeRobot dataset ({info_path} does not exist)")
+    info = _load_json(info_path)
+    version = info.get("codebase_version") if isinstance(info, dict) else None
+    if version not in SUPPORTED_VERSIONS:
+        raise LeRobotDataError(f"{info_path}: unsupported codebase_version {version!r}; this reader handles "
+                               f"{', '.join(SUPPORTED_VERSIONS)} (convert older datasets with LeRobot's converters)")
+    missing = [k for k in ("fps", "features", "data_path") if k not in info]
+    if missing:
+        raise LeRobotDataError(f"{info_path}: missing keys {missing}")
+    tasks, episodes, frames, stats, data_dir = (_read_v3 if version == "v3.0" else _read_v21)(root, info)
+
+    # Frames must line up with the episode table: rows in index order, each episode contiguous.
+    n = sum(e["length"] for e in episodes)
+    if len(frames["index"]) != n or not np.array_equal(frames["index"], np.arange(n)):
+        raise LeRobotDataError(f"{data_dir}: the data files hold {len(frames['index'])} frames whose 'index' column "
+                               f"is not 0..{n - 1} in order, but the episode metadata lists {n} frames")
+    starts = np.array([e["dataset_from_index"] for e in episodes])
+    lengths = np.array([e["length"] for e in episodes])
+    if not (np.array_equal(starts, np.concatenate([[0], np.cumsum(lengths)[:-1]]))
+            and np.array_equal(frames["episode_index"], np.repeat([e["episode_index"] for e in episodes], lengths))):
+        raise LeRobotDataError(f"{data_dir}: the frames' episode_index column does not match the episode "
+                               "metadata (episode lengths / dataset_from_index)")
+    if frames["task_index"].size and (frames["task_index"].min() < 0 or frames["task_index"].max() >= len(tasks)):
+        raise LeRobotDataError(f"{data_dir}: task_index values outside 0..{len(tasks) - 1} (the tasks table)")
+
+    # Quantiles (and any feature without stats) come from the frames.
+    stats = {k: dict(v) for k, v in stats.items()}
+    wanted = {"min", "max", "mean", "std", "count", *map(qkey, QUANTILES)}
+    todo = {k: v for k, v in frames.items() if v.dtype.kind in "biuf" and not wanted <= set(stats.get(k, {}))}
+    for key, st in compute_stats(todo).items():
+        stats[key] = {**st, **stats.get(key, {})}
+    return LeRobotData(root, info, stats, tasks, episodes, frames)
