@@ -10,15 +10,12 @@ message lists the choices).
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
-from collections.abc import Mapping
 from pathlib import Path
-from types import MappingProxyType
 
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from eval.scorers import Scorer, ScoringError, build_scorer
 
@@ -32,20 +29,18 @@ def compose_benchmarks(names: list[str]) -> dict[str, DictConfig]:
     return {n: node for n, node in nodes.items() if "scorer" in node}
 
 
-@functools.cache
-def scored_benchmarks() -> Mapping[str, DictConfig]:
-    """Every conf/benchmark/*.yaml that names a scorer, composed (once per process: composing them all takes
-    about a second)."""
-    return MappingProxyType(compose_benchmarks(sorted(p.stem for p in (CONF / "benchmark").glob("*.yaml"))))
+def scored_benchmarks() -> dict[str, DictConfig]:
+    """Every conf/benchmark/*.yaml that names a scorer, composed (about a second: used to list the choices)."""
+    return compose_benchmarks(sorted(p.stem for p in (CONF / "benchmark").glob("*.yaml")))
 
 
 def scorer_of(name: str) -> Scorer | None:
     """The scorer of the benchmark config called NAME, else of the one whose `name` is NAME (`refcoco+`);
     None if there is none."""
-    if name in {p.stem for p in (CONF / "benchmark").glob("*.yaml")}:
-        node = compose_benchmarks([name]).get(name)
-    else:
-        node = next((c for c in scored_benchmarks().values() if c.get("name") == name), None)
+    files = sorted((CONF / "benchmark").glob("*.yaml"))
+    config = name if name in {p.stem for p in files} else next(
+        (p.stem for p in files if OmegaConf.load(p).get("name") == name), None)
+    node = None if config is None else compose_benchmarks([config]).get(config)
     return None if node is None else build_scorer(node.scorer, name)
 
 

@@ -44,7 +44,7 @@ def build_scorer(node: Mapping | Callable[..., Any], benchmark: str) -> Scorer:
                          f"conf/benchmark/{benchmark}.yaml")
     score = node if callable(node) else instantiate(node)
     if not callable(score):
-        raise ValueError(f"benchmark {benchmark}: its `scorer` {node} does not build a callable. Fix: set "
+        raise TypeError(f"benchmark {benchmark}: its `scorer` {node} does not build a callable. Fix: set "
                          "`_partial_: true` next to the scorer's `_target_`")
     return malformed_records_are_scoring_errors(score)
 

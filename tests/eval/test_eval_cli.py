@@ -66,6 +66,6 @@ def test_module_run_as_a_program_exits_2_with_one_line_on_bad_input(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("[{")
     proc = subprocess.run([sys.executable, "-m", "eval.score", "sort_of_clevr", "--predictions", str(bad),
-                           "--annotations", test], cwd=REPO, capture_output=True, text=True, timeout=120)
+                           "--annotations", test], cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2 and proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1 and "bad.json" in proc.stderr and "Traceback" not in proc.stderr

@@ -40,7 +40,7 @@ def test_scorer_reports_malformed_records_as_scoring_errors(config, tmp_path):
 
 
 def test_a_scorer_node_that_builds_no_callable_is_a_clear_error():
-    with pytest.raises(ValueError, match="_partial_: true"):
+    with pytest.raises(TypeError, match="_partial_: true"):
         build_scorer({"_target_": "builtins.dict"}, "broken")
     with pytest.raises(ValueError, match="no `scorer`"):
         build_scorer(None, "broken")

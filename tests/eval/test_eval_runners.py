@@ -2,18 +2,20 @@
 the benchmark's published layout under `benchmark.root`, answered by an oracle stand-in for the model
 (exact metrics); a tiny trained run (the real path: `evaluate` writes results.json); the resumable
 predictions log."""
+import copy
 import json
 import pickle
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 from PIL import Image
 
 import vlm
 from core.run import evaluate, train
 from eval.runners.base import read_log
 from tests.conftest import SCRATCH_SMALL, SMALL, compose_cfg
-from tests.eval.benchmarks import EVAL_BENCHMARKS
+from tests.eval.benchmarks import EVAL_BENCHMARKS, EVAL_CONFIGS
 
 
 def write(path: Path, obj) -> Path:
@@ -241,11 +243,14 @@ def bench_run(tmp_path, monkeypatch):
     run_dir.mkdir()
     (run_dir / "config.yaml").write_text("{}\n")
 
-    def run(name, root, answers, *overrides, config_name=None):
+    def run(config, root, answers, **settings):
+        """`evaluate.py run=RUN_DIR benchmark=CONFIG benchmark.root=ROOT KEY=VALUE...` with the oracle as the model."""
         oracle = Oracle(answers)
         monkeypatch.setattr(vlm, "load", lambda *a, **k: oracle)
-        cfg = compose_cfg(f"run={run_dir}", f"benchmark={config_name or name}", f"benchmark.root={root}", *overrides,
-                          config="eval")
+        cfg = copy.deepcopy(EVAL_CONFIGS[config])  # composed once per session
+        cfg.run, cfg.benchmark.root = str(run_dir), str(root)
+        for key, value in settings.items():
+            OmegaConf.update(cfg, key, value)
         return evaluate(cfg), oracle
 
     return run_dir, run
@@ -267,7 +272,7 @@ def test_runner_reads_the_official_layout_and_scores(config, bench_run, tmp_path
     assert oracle.asked == total and metrics["n"] == total and metrics.get("missing", 0) == 0
     for key, value in expected.items():
         assert metrics[key] == value, (key, metrics)
-    name = compose_cfg(f"benchmark={config}", config="eval").benchmark.name
+    name = EVAL_CONFIGS[config].benchmark.name
     assert json.loads((run_dir / "results.json").read_text())["benchmarks"][name] == metrics
     official = json.loads((run_dir / "predictions" / f"{name}.json").read_text())
     assert len(official) == total
@@ -280,13 +285,13 @@ def test_runner_reads_the_official_layout_and_scores(config, bench_run, tmp_path
 def test_limit_scores_only_the_items_asked(config, bench_run, tmp_path):
     _, run = bench_run
     build, _, _ = fixture_of(config)
-    metrics, oracle = run(config, tmp_path / "bench", build(tmp_path / "bench"), "limit=1")
+    metrics, oracle = run(config, tmp_path / "bench", build(tmp_path / "bench"), limit=1)
     assert oracle.asked == 1 and metrics["n"] == 1 and metrics.get("missing", 0) == 0
 
 
 def test_prompts_follow_the_conventions(bench_run, tmp_path):
     _, run = bench_run
-    _, oracle = run("vqav2", tmp_path / "b", make_vqav2(tmp_path / "b"), "limit=1")
+    _, oracle = run("vqav2", tmp_path / "b", make_vqav2(tmp_path / "b"), limit=1)
     assert oracle.prompts == ["What color is the car?\nAnswer the question using a single word or phrase."]
     _, oracle = run("scienceqa", tmp_path / "b", make_scienceqa(tmp_path / "b"))
     assert oracle.prompts[1] == ("Context: Read the words.\nWhich word is a noun?\nA. run\nB. table\nC. blue\n"
