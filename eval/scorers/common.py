@@ -73,6 +73,14 @@ def read_jsonl(path: str | Path, what: str = "file") -> list:
     return out
 
 
+def read_list_or_lines(path: str | Path, what: str = "file") -> list:
+    """A JSON list, or JSON lines whatever the suffix (POPE and VSR ship JSON lines named *.json)."""
+    path = Path(path)
+    if path.is_file() and path.read_text(encoding="utf-8").lstrip().startswith("["):
+        return read_json(path, what)
+    return read_jsonl(path, what)
+
+
 def read_records(path: str | Path, what: str = "file") -> Any:
     """``*.jsonl`` files are read line by line, everything else as a single JSON document."""
     return read_jsonl(path, what) if str(path).endswith(".jsonl") else read_json(path, what)

@@ -91,6 +91,11 @@ def score_scienceqa(predictions, annotations, questions=None, split=None) -> dic
     return metrics
 
 
+def read_test_ids(path: Path) -> set[str]:
+    """AI2D's test-id list: one image id (e.g. "1234") per line, the first comma-separated field."""
+    return {line.split(",")[0].strip() for line in Path(path).read_text().splitlines() if line.strip()}
+
+
 def score_ai2d(predictions, annotations, questions=None, split=None) -> dict[str, Any]:
     """AI2D: the official ``questions/`` folder (one ``{imageName}.json`` per diagram, each
     {"imageName", "questions": {text: {"questionId", "answerTexts", "correctAnswer", "abcLabel"}}})
@@ -104,7 +109,7 @@ def score_ai2d(predictions, annotations, questions=None, split=None) -> dict[str
     if questions is not None:
         qpath = Path(questions)
         require(qpath.is_file(), qpath, "test-id list not found. Fix: pass e.g. ai2d_test_ids.csv.")
-        keep = {line.split(",")[0].strip() for line in qpath.read_text().splitlines() if line.strip()}
+        keep = read_test_ids(qpath)
     items = []
     for f in files:
         doc = read_json(f, "annotations file")

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .common import ScoringError, as_text, is_empty, load_predictions, pct, read_json, read_jsonl, require
+from .common import ScoringError, as_text, is_empty, load_predictions, pct, read_list_or_lines, require
 
 SPLITS = ("random", "popular", "adversarial")
 
@@ -38,22 +38,15 @@ def _load_annotations(path) -> dict[tuple[str, str], str]:
                 "coco_pope_random.json, coco_pope_popular.json, coco_pope_adversarial.json.")
         for f in files:
             split = re.sub(r"\.jsonl?$", "", f.name).rsplit("_", 1)[-1]
-            for i, rec in enumerate(_jsonl_or_json(f)):
+            for i, rec in enumerate(read_list_or_lines(f, "annotations file")):
                 _put(out, (split, str(rec["question_id"])), rec, f, i)
         return out
-    for i, rec in enumerate(_jsonl_or_json(path)):
+    for i, rec in enumerate(read_list_or_lines(path, "annotations file")):
         split = rec.get("category", rec.get("split"))
         require(split is not None, path, f"record #{i} has no 'category'/'split'. Fix: add the POPE split or "
                 "pass the folder of per-split files.")
         _put(out, (str(split), str(rec["question_id"])), rec, path, i)
     return out
-
-
-def _jsonl_or_json(path: Path) -> list:
-    """Official POPE files are JSON lines despite the .json suffix; accept a JSON list too."""
-    if path.is_file() and path.read_text(encoding="utf-8").lstrip().startswith("["):
-        return read_json(path, "annotations file")
-    return read_jsonl(path, "annotations file")
 
 
 def _put(out, key, rec, path, i) -> None:

@@ -51,7 +51,8 @@ class _PlainDataUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refusing to load {module}.{name}: only plain data is accepted")
 
 
-def _load_refs(path) -> list:
+def load_refs(path) -> list:
+    """The refs of a REFER release: its pickle read as plain data only, or the same list saved as JSON."""
     path = Path(path)
     if path.suffix in (".p", ".pkl", ".pickle"):
         require(path.is_file(), path, "refs file not found. Fix: pass e.g. refcoco/refs(unc).p.")
@@ -64,7 +65,7 @@ def _load_refs(path) -> list:
 
 
 def score_refcoco(predictions, annotations, questions=None, split=None) -> dict[str, Any]:
-    refs = _load_refs(annotations)
+    refs = load_refs(annotations)
     require(isinstance(refs, list), annotations, "expected a list of refs (REFER format).")
     boxes, sizes = {}, {}
     if questions is not None:

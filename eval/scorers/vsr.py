@@ -13,8 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .common import (Tally, as_text, check_known, load_predictions, lookup, no_split, read_json, read_jsonl,
-                     require)
+from .common import Tally, as_text, check_known, load_predictions, lookup, no_split, read_list_or_lines, require
 
 TRUE, FALSE = {"true", "yes", "1"}, {"false", "no", "0"}
 
@@ -33,8 +32,7 @@ def parse_bool(answer: Any) -> bool | None:
 def score_vsr(predictions, annotations, questions=None, split=None) -> dict[str, Any]:
     no_split(split, "vsr")
     path = Path(annotations)
-    is_list = path.is_file() and path.read_text(encoding="utf-8").lstrip().startswith("[")
-    data = read_json(path, "annotations file") if is_list else read_jsonl(path, "annotations file")
+    data = read_list_or_lines(path, "annotations file")
     require(isinstance(data, list), path, "expected VSR records. Fix: pass e.g. test.jsonl of a VSR split.")
     items = [(str(d.get("id", d.get("question_id", i))), d) for i, d in enumerate(data)]
     preds = load_predictions(predictions)

@@ -1,6 +1,5 @@
 """`scripts/report.py`: a markdown table of each benchmark's main metric per run, and a PNG bar chart."""
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,17 +19,15 @@ def make_run(root: Path, name: str, benchmarks: dict | None) -> Path:
     return d
 
 
-def test_report_table_and_chart(tmp_path):
+def test_report_table_and_chart(tmp_path, capsys):
     a = make_run(tmp_path / "runs", "a", {"vqav2": {"accuracy": 61.234, "n": 10},
                                           "pope": {"accuracy": 80.0, "f1": 85.5, "per_split": {}}})
     b = make_run(tmp_path / "runs", "b", {"vqav2": {"accuracy": 70.0}, "gqa": {"accuracy": 55.5}})
     c = make_run(tmp_path / "runs", "c", None)  # trained, never evaluated
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "scripts/report.py", str(a), str(b), str(c), "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    assert report.main([str(a), str(b), str(c), "--out", str(out)]) == 0
     table = (out / "report.md").read_text()
-    assert proc.stdout == table
+    assert capsys.readouterr().out == table
     lines = table.strip().splitlines()
     assert lines[0] == "| benchmark (metric) | a | b | c |"
     assert lines[2:] == ["| gqa (accuracy) |  | 55.50 |  |",

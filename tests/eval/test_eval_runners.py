@@ -1,17 +1,21 @@
-"""Benchmark runners end to end: fixtures in each benchmark's published layout under `benchmark.root`,
-answered by an oracle stand-in for the model (exact metrics) and by a tiny trained run (the real path:
-`evaluate` writes results.json), plus the resumable predictions log."""
+"""Benchmark runners end to end: for every benchmark config in conf/benchmark/ (found by glob), a fixture in
+the benchmark's published layout under `benchmark.root`, answered by an oracle stand-in for the model
+(exact metrics); a tiny trained run (the real path: `evaluate` writes results.json); the resumable
+predictions log."""
+import copy
 import json
 import pickle
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 from PIL import Image
 
 import vlm
 from core.run import evaluate, train
-from eval.runner import read_log
+from eval.runners.base import read_log
 from tests.conftest import SCRATCH_SMALL, SMALL, compose_cfg
+from tests.eval.benchmarks import EVAL_BENCHMARKS, EVAL_CONFIGS
 
 
 def write(path: Path, obj) -> Path:
@@ -32,7 +36,22 @@ def image(path: Path, colour=(200, 30, 30)) -> None:
 
 
 # --------------------------------------------------------------------- fixtures in the official layouts
-# Each builder writes its files under `root` and returns {first prompt line: correct answer/option}.
+# Each builder writes its files under `root` and returns {first prompt line: correct answer/option};
+# `fixture_for` registers it for a benchmark config with the metrics a correct oracle gets.
+FIXTURES: dict = {}
+
+
+def fixture_for(config: str, total: int, **expected):
+    """Register a builder as the fixture of `conf/benchmark/<config>.yaml`: `total` items, `expected` metrics."""
+
+    def register(build):
+        FIXTURES[config] = (build, total, expected)
+        return build
+
+    return register
+
+
+@fixture_for("vqav2", 3, accuracy=100.0, n=3)
 def make_vqav2(root: Path) -> dict:
     qs = [(10, 1, "What color is the car?", "red"), (11, 1, "How many dogs?", "2"), (12, 2, "Is it sunny?", "yes")]
     write(root / "vqav2/v2_OpenEnded_mscoco_val2014_questions.json",
@@ -45,6 +64,7 @@ def make_vqav2(root: Path) -> dict:
     return {q: a for _, _, q, a in qs}
 
 
+@fixture_for("textvqa", 2, accuracy=100.0)
 def make_textvqa(root: Path) -> dict:
     data = [{"question_id": 5, "question": "What brand?", "image_id": "abc1", "answers": ["nike"] * 10},
             {"question_id": 6, "question": "What number?", "image_id": "abc2", "answers": ["7"] * 10}]
@@ -54,6 +74,7 @@ def make_textvqa(root: Path) -> dict:
     return {d["question"]: d["answers"][0] for d in data}
 
 
+@fixture_for("vizwiz", 2, accuracy=100.0)
 def make_vizwiz(root: Path) -> dict:
     data = [{"image": f"VizWiz_val_0000000{k}.jpg", "question": q, "answer_type": "other", "answerable": 1,
              "answers": [{"answer": a, "answer_confidence": "yes"}] * 10}
@@ -64,6 +85,7 @@ def make_vizwiz(root: Path) -> dict:
     return {d["question"]: d["answers"][0]["answer"] for d in data}
 
 
+@fixture_for("gqa", 2, accuracy=100.0)
 def make_gqa(root: Path) -> dict:
     data = {"201": {"imageId": "n1", "question": "Is the cup white?", "answer": "yes",
                     "types": {"structural": "verify", "semantic": "attr"}},
@@ -75,6 +97,7 @@ def make_gqa(root: Path) -> dict:
     return {q["question"]: q["answer"] for q in data.values()}
 
 
+@fixture_for("tallyqa", 2, accuracy_simple=100.0, accuracy_complex=100.0)
 def make_tallyqa(root: Path) -> dict:
     data = [{"question_id": 1, "image": "VG_100K/1.jpg", "question": "How many cats?", "answer": 3, "issimple": True},
             {"question_id": 2, "image": "val2014/COCO_val2014_000000000002.jpg", "question": "How many red cars?",
@@ -85,6 +108,7 @@ def make_tallyqa(root: Path) -> dict:
     return {d["question"]: str(d["answer"]) for d in data}
 
 
+@fixture_for("pope", 6, accuracy=100.0, f1=100.0, n=6)
 def make_pope(root: Path) -> dict:
     oracle = {}
     for split, things in (("random", ["dog", "cat", "car"]), ("popular", ["bus"]), ("adversarial", ["cup", "tie"])):
@@ -97,6 +121,7 @@ def make_pope(root: Path) -> dict:
     return oracle
 
 
+@fixture_for("vsr", 3, accuracy=100.0)
 def make_vsr(root: Path) -> dict:
     recs = [{"image": "000000000001.jpg", "caption": "The cat is on the bed.", "label": 1, "relation": "on"},
             {"image": "000000000002.jpg", "caption": "The dog is under the car.", "label": 0, "relation": "under"},
@@ -107,6 +132,7 @@ def make_vsr(root: Path) -> dict:
     return {f"Is the following statement about the image true? {r['caption']}": "yes" if r["label"] else "no" for r in recs}
 
 
+@fixture_for("ai2d", 3, accuracy=100.0, n=3)
 def make_ai2d(root: Path) -> dict:
     docs = {"1.png": {"What eats grass?": ("1.png-0", ["lion", "cow", "A", "sun"], 1),
                       "Which label is the sun?": ("1.png-1", ["A", "B", "C", "D"], 2)},
@@ -120,6 +146,7 @@ def make_ai2d(root: Path) -> dict:
     return {t: "ABCD"[c] for name, qs in docs.items() if name != "3.png" for t, (_, _, c) in qs.items()}
 
 
+@fixture_for("scienceqa", 2, accuracy=100.0, accuracy_img=100.0)
 def make_scienceqa(root: Path) -> dict:
     problems = {"p1": {"question": "Which is a mammal?", "choices": ["trout", "whale"], "answer": 1, "hint": "",
                        "image": "image.png", "subject": "natural science", "split": "test"},
@@ -133,13 +160,14 @@ def make_scienceqa(root: Path) -> dict:
     return {"Which is a mammal?": "B", "Context: Read the words.": "B"}
 
 
-def make_refcoco(root: Path) -> dict:
+@fixture_for("refcoco", 2, accuracy=50.0, n=2, unparsed=0)
+def make_refcoco(root: Path, dataset: str = "refcoco", refs_file: str = "refs(unc).p") -> dict:
     refs = [{"ref_id": 1, "ann_id": 100, "image_id": 7, "split": "val",
              "sentences": [{"sent_id": 11, "sent": "the left dog"}, {"sent_id": 12, "sent": "dog on the left"}]},
             {"ref_id": 2, "ann_id": 101, "image_id": 7, "split": "testA", "sentences": [{"sent_id": 13, "sent": "man"}]}]
-    (root / "refer/refcoco").mkdir(parents=True, exist_ok=True)
-    (root / "refer/refcoco/refs(unc).p").write_bytes(pickle.dumps(refs, protocol=2))  # as REFER ships it
-    write(root / "refer/refcoco/instances.json", {
+    (root / "refer" / dataset).mkdir(parents=True, exist_ok=True)
+    (root / "refer" / dataset / refs_file).write_bytes(pickle.dumps(refs, protocol=2))  # as REFER ships it
+    write(root / "refer" / dataset / "instances.json", {
         "images": [{"id": 7, "width": 100, "height": 200, "file_name": "COCO_train2014_000000000007.jpg"}],
         "annotations": [{"id": 100, "bbox": [10, 20, 40, 80]}, {"id": 101, "bbox": [0, 0, 10, 10]}]})
     image(root / "refer/images/mscoco/images/train2014/COCO_train2014_000000000007.jpg")
@@ -147,9 +175,45 @@ def make_refcoco(root: Path) -> dict:
     return {prompt + "the left dog": "[0.1, 0.1, 0.5, 0.5]", prompt + "dog on the left": "[0.9, 0.9, 1.0, 1.0]"}
 
 
-BUILDERS = {"vqav2": make_vqav2, "textvqa": make_textvqa, "vizwiz": make_vizwiz, "gqa": make_gqa,
-            "tallyqa": make_tallyqa, "pope": make_pope, "vsr": make_vsr, "ai2d": make_ai2d,
-            "scienceqa": make_scienceqa, "refcoco": make_refcoco}
+@fixture_for("refcoco_plus", 2, accuracy=50.0, n=2)
+def make_refcoco_plus(root: Path) -> dict:
+    return make_refcoco(root, "refcoco+", "refs(unc).p")
+
+
+@fixture_for("refcocog", 2, accuracy=50.0, n=2)
+def make_refcocog(root: Path) -> dict:
+    return make_refcoco(root, "refcocog", "refs(umd).p")
+
+
+@fixture_for("sort_of_clevr", 2, accuracy=100.0, accuracy_relational=100.0, accuracy_non_relational=100.0)
+def make_sort_of_clevr(root: Path) -> dict:
+    """A generated Sort-of-CLEVR folder (`benchmark.root` replaces the run's own data)."""
+    qs = [{"id": 0, "image": "images/0.png", "question": "What shape is the red object?", "answer": "circle",
+           "type": "non_relational", "subtype": "shape"},
+          {"id": 1, "image": "images/0.png", "question": "What colour is closest to red?", "answer": "blue",
+           "type": "relational", "subtype": "closest"}]
+    write(root / "test.json", qs)
+    image(root / "images/0.png")
+    return {q["question"]: q["answer"] for q in qs}
+
+
+@fixture_for("mme", 6, accuracy=100.0, perception=400.0, cognition=200.0)
+def make_mme(root: Path) -> dict:
+    """Both released layouts: questions beside the images (existence, code_reasoning) or under
+    questions_answers_YN/ next to images/ (artwork)."""
+    release = root / "mme/MME_Benchmark_release_version"
+    files = {"existence/1": ("existence", "1.jpg", [("Is there a cat? Please answer yes or no.", "Yes"),
+                                                   ("Is there a dog? Please answer yes or no.", "No")]),
+             "artwork/questions_answers_YN/7": ("artwork/images", "7.png", [("Is this by Monet?", "No"),
+                                                                             ("Is this by Manet?", "Yes")]),
+             "code_reasoning/3": ("code_reasoning", "3.png", [("Does it print 3?", "Yes"), ("Does it print 4?", "No")])}
+    answers = {}
+    for stem, (image_dir, image_name, qas) in files.items():
+        (release / stem).parent.mkdir(parents=True, exist_ok=True)
+        (release / f"{stem}.txt").write_text("".join(f"{q}\t{a}\n" for q, a in qas))
+        image(release / image_dir / image_name)
+        answers.update(dict(qas))
+    return answers
 
 
 class Oracle:
@@ -179,53 +243,55 @@ def bench_run(tmp_path, monkeypatch):
     run_dir.mkdir()
     (run_dir / "config.yaml").write_text("{}\n")
 
-    def run(name, root, answers, *overrides, config_name=None):
+    def run(config, root, answers, **settings):
+        """`evaluate.py run=RUN_DIR benchmark=CONFIG benchmark.root=ROOT KEY=VALUE...` with the oracle as the model."""
         oracle = Oracle(answers)
         monkeypatch.setattr(vlm, "load", lambda *a, **k: oracle)
-        cfg = compose_cfg(f"run={run_dir}", f"benchmark={config_name or name}", f"benchmark.root={root}", *overrides,
-                          config="eval")
+        cfg = copy.deepcopy(EVAL_CONFIGS[config])  # composed once per session
+        cfg.run, cfg.benchmark.root = str(run_dir), str(root)
+        for key, value in settings.items():
+            OmegaConf.update(cfg, key, value)
         return evaluate(cfg), oracle
 
     return run_dir, run
 
 
-# (benchmark, items in the fixture, expected metrics with a correct oracle)
-CASES = [
-    ("vqav2", 3, {"accuracy": 100.0, "n": 3}), ("textvqa", 2, {"accuracy": 100.0}), ("vizwiz", 2, {"accuracy": 100.0}),
-    ("gqa", 2, {"accuracy": 100.0}), ("tallyqa", 2, {"accuracy_simple": 100.0, "accuracy_complex": 100.0}),
-    ("pope", 6, {"accuracy": 100.0, "f1": 100.0, "n": 6}), ("vsr", 3, {"accuracy": 100.0}),
-    ("ai2d", 3, {"accuracy": 100.0, "n": 3}), ("scienceqa", 2, {"accuracy": 100.0, "accuracy_img": 100.0}),
-    ("refcoco", 2, {"accuracy": 50.0, "n": 2, "unparsed": 0}),
-]
+def fixture_of(config: str):
+    if config not in FIXTURES:
+        raise AssertionError(f"conf/benchmark/{config}.yaml has no test fixture: add a builder decorated with "
+                             f"@fixture_for({config!r}, ...) to tests/eval/test_eval_runners.py")
+    return FIXTURES[config]
 
 
-@pytest.mark.parametrize("name, total, expected", CASES, ids=[c[0] for c in CASES])
-def test_runner_reads_the_official_layout_and_scores(name, total, expected, bench_run, tmp_path):
+@pytest.mark.parametrize("config", EVAL_BENCHMARKS)
+def test_runner_reads_the_official_layout_and_scores(config, bench_run, tmp_path):
     run_dir, run = bench_run
-    answers = BUILDERS[name](tmp_path / "bench")
-    metrics, oracle = run(name, tmp_path / "bench", answers)
-    assert oracle.asked == total and metrics["n"] == total and metrics["missing"] == 0
+    build, total, expected = fixture_of(config)
+    answers = build(tmp_path / "bench")
+    metrics, oracle = run(config, tmp_path / "bench", answers)
+    assert oracle.asked == total and metrics["n"] == total and metrics.get("missing", 0) == 0
     for key, value in expected.items():
         assert metrics[key] == value, (key, metrics)
+    name = EVAL_CONFIGS[config].benchmark.name
     assert json.loads((run_dir / "results.json").read_text())["benchmarks"][name] == metrics
     official = json.loads((run_dir / "predictions" / f"{name}.json").read_text())
     assert len(official) == total
     # a second evaluation answers nothing again: everything is in the log
-    metrics2, oracle2 = run(name, tmp_path / "bench", answers)
+    metrics2, oracle2 = run(config, tmp_path / "bench", answers)
     assert oracle2.asked == 0 and metrics2 == metrics
 
 
-@pytest.mark.parametrize("name", ["vqav2", "pope", "ai2d", "scienceqa", "refcoco", "vsr"])
-def test_limit_scores_only_the_items_asked(name, bench_run, tmp_path):
+@pytest.mark.parametrize("config", EVAL_BENCHMARKS)
+def test_limit_scores_only_the_items_asked(config, bench_run, tmp_path):
     _, run = bench_run
-    answers = BUILDERS[name](tmp_path / "bench")
-    metrics, oracle = run(name, tmp_path / "bench", answers, "limit=1")
-    assert oracle.asked == 1 and metrics["n"] == 1 and metrics["missing"] == 0
+    build, _, _ = fixture_of(config)
+    metrics, oracle = run(config, tmp_path / "bench", build(tmp_path / "bench"), limit=1)
+    assert oracle.asked == 1 and metrics["n"] == 1 and metrics.get("missing", 0) == 0
 
 
 def test_prompts_follow_the_conventions(bench_run, tmp_path):
     _, run = bench_run
-    _, oracle = run("vqav2", tmp_path / "b", make_vqav2(tmp_path / "b"), "limit=1")
+    _, oracle = run("vqav2", tmp_path / "b", make_vqav2(tmp_path / "b"), limit=1)
     assert oracle.prompts == ["What color is the car?\nAnswer the question using a single word or phrase."]
     _, oracle = run("scienceqa", tmp_path / "b", make_scienceqa(tmp_path / "b"))
     assert oracle.prompts[1] == ("Context: Read the words.\nWhich word is a noun?\nA. run\nB. table\nC. blue\n"

@@ -1,15 +1,19 @@
-"""GQA, POPE, AI2D, ScienceQA, TallyQA, VSR, RefCOCO and Sort-of-CLEVR scorers on tiny fixtures
+"""GQA, POPE, AI2D, ScienceQA, TallyQA, VSR, RefCOCO, Sort-of-CLEVR and MME scorers on tiny fixtures
 written in each benchmark's published layout, with hand-computed metrics."""
 import json
 
 import pytest
 
-from eval.scorers import SCORERS, ScoringError
-from eval.scorers.multiple_choice import parse_choice
-from eval.scorers.pope import to_yes_no
-from eval.scorers.refcoco import iou, parse_box
-from eval.scorers.tallyqa import parse_count
-from eval.scorers.vsr import parse_bool
+from eval.scorers import ScoringError
+from eval.scorers.gqa import score_gqa
+from eval.scorers.mme import score_mme
+from eval.scorers.mme import to_yes_no as mme_yes_no
+from eval.scorers.multiple_choice import parse_choice, score_ai2d, score_scienceqa
+from eval.scorers.pope import score_pope, to_yes_no
+from eval.scorers.refcoco import iou, parse_box, score_refcoco
+from eval.scorers.sort_of_clevr import score_sort_of_clevr
+from eval.scorers.tallyqa import parse_count, score_tallyqa
+from eval.scorers.vsr import parse_bool, score_vsr
 
 
 def write(path, obj):
@@ -33,13 +37,13 @@ def test_gqa(tmp_path):
     preds = write(tmp_path / "p.json", [{"questionId": "201", "prediction": "Yes."},
                                         {"questionId": "202", "prediction": "right"},
                                         {"questionId": "204", "prediction": " Tea  pot\n"}])
-    m = SCORERS["gqa"](preds, anns)
+    m = score_gqa(preds, anns)
     assert (m["accuracy"], m["missing"], m["n"]) == (50.0, 1, 4)
     assert m["per_structural"] == {"query": 33.33, "verify": 100.0}
     assert m["per_semantic"] == {"attr": 50.0, "obj": 100.0, "rel": 0.0}
     bad = write(tmp_path / "bad.json", [{"questionId": "999", "prediction": "yes"}])
     with pytest.raises(ScoringError, match=r"bad\.json.*'999'"):
-        SCORERS["gqa"](bad, anns)
+        score_gqa(bad, anns)
 
 
 # ---------------------------------------------------------------- POPE
@@ -71,7 +75,7 @@ def test_pope_metrics(pope_dir, tmp_path):
         {"question_id": 4, "category": "random", "answer": ""},                   # empty -> wrong -> FP
         {"question_id": 1, "category": "adversarial", "text": "yes"},             # TP; question 2 missing -> FP
     ])
-    m = SCORERS["pope"](preds, str(pope_dir))
+    m = score_pope(preds, str(pope_dir))
     r, a = m["per_split"]["random"], m["per_split"]["adversarial"]
     assert (r["tp"], r["fp"], r["tn"], r["fn"]) == (1, 1, 1, 1)
     assert (r["accuracy"], r["precision"], r["recall"], r["f1"], r["yes_ratio"]) == (50.0, 50.0, 50.0, 50.0, 50.0)
@@ -79,19 +83,19 @@ def test_pope_metrics(pope_dir, tmp_path):
     assert (m["accuracy"], m["precision"], m["recall"], m["f1"], m["yes_ratio"]) == (50.0, 50.0, 75.0, 58.33, 75.0)
     assert (m["n"], m["missing"], m["empty"]) == (6, 1, 1)
     assert list(m["per_split"]) == ["random", "adversarial"]
-    only = SCORERS["pope"](preds, str(pope_dir), split="adversarial")
+    only = score_pope(preds, str(pope_dir), split="adversarial")
     assert (only["accuracy"], only["n"]) == (50.0, 2)
 
 
 def test_pope_ambiguous_and_unknown_ids(pope_dir, tmp_path):
     amb = write(tmp_path / "amb.json", [{"question_id": 1, "answer": "yes"}])
     with pytest.raises(ScoringError, match=r"amb\.json.*ambiguous.*category"):
-        SCORERS["pope"](amb, str(pope_dir))
+        score_pope(amb, str(pope_dir))
     ok = write(tmp_path / "ok.json", [{"question_id": 3, "answer": "no"}])  # id 3 only exists in `random`
-    assert SCORERS["pope"](ok, str(pope_dir))["per_split"]["random"]["tn"] == 1
+    assert score_pope(ok, str(pope_dir))["per_split"]["random"]["tn"] == 1
     unk = write(tmp_path / "unk.json", [{"question_id": 3, "category": "popular", "answer": "no"}])
     with pytest.raises(ScoringError, match=r"unk\.json.*unknown question id '3'.*popular"):
-        SCORERS["pope"](unk, str(pope_dir))
+        score_pope(unk, str(pope_dir))
 
 
 def test_pope_single_file_with_category(tmp_path):
@@ -99,7 +103,7 @@ def test_pope_single_file_with_category(tmp_path):
         {"question_id": 10, "category": "popular", "label": "no"},
         {"question_id": 11, "category": "popular", "label": "yes"}])
     preds = write(tmp_path / "p.json", [{"question_id": 10, "answer": "yes"}, {"question_id": 11, "answer": "yes"}])
-    m = SCORERS["pope"](preds, anns)
+    m = score_pope(preds, anns)
     assert (m["accuracy"], m["precision"], m["recall"], m["yes_ratio"]) == (50.0, 50.0, 100.0, 100.0)
 
 
@@ -129,12 +133,12 @@ def ai2d_dir(tmp_path):
 def test_ai2d(ai2d_dir, tmp_path):
     preds = write(tmp_path / "p.json", [{"question_id": "0.png-0", "answer": "dog"}, {"question_id": "0.png-1", "answer": "C"},
                                         {"question_id": "1.png-0", "answer": 3}, {"question_id": "1.png-1", "answer": "banana"}])
-    m = SCORERS["ai2d"](preds, str(ai2d_dir))
+    m = score_ai2d(preds, str(ai2d_dir))
     assert (m["accuracy"], m["n"], m["unparsed"], m["missing"]) == (50.0, 4, 1, 0)
     ids = tmp_path / "ai2d_test_ids.csv"
     ids.write_text("0\n")
     only = write(tmp_path / "p0.json", [{"question_id": "0.png-0", "answer": "dog"}])
-    m = SCORERS["ai2d"](only, str(ai2d_dir), questions=str(ids))
+    m = score_ai2d(only, str(ai2d_dir), questions=str(ids))
     assert (m["accuracy"], m["n"], m["missing"]) == (50.0, 2, 1)
 
 
@@ -146,13 +150,13 @@ def test_scienceqa(tmp_path):
         "4": {"question": "?", "choices": ["x", "y"], "answer": 0, "image": None, "subject": "social science", "split": "train"},
     })
     preds = write(tmp_path / "p.json", [{"question_id": "1", "answer": "B"}, {"question_id": "2", "answer": 1}])
-    m = SCORERS["scienceqa"](preds, problems)
+    m = score_scienceqa(preds, problems)
     assert (m["accuracy"], m["accuracy_img"], m["n"], m["missing"]) == (33.33, 100.0, 3, 1)
     assert m["per_subject"] == {"language science": 0.0, "natural science": 100.0, "social science": 0.0}
     train = write(tmp_path / "train.json", [{"question_id": "4", "answer": "x"}])
-    assert SCORERS["scienceqa"](train, problems, split="train")["accuracy"] == 100.0
+    assert score_scienceqa(train, problems, split="train")["accuracy"] == 100.0
     with pytest.raises(ScoringError, match=r"train\.json.*'4'"):
-        SCORERS["scienceqa"](train, problems)  # pid 4 is not in the default test split
+        score_scienceqa(train, problems)  # pid 4 is not in the default test split
 
 
 # ---------------------------------------------------------------- TallyQA
@@ -173,7 +177,7 @@ def test_tallyqa(tmp_path):
     ])
     preds = write(tmp_path / "p.json", [{"question_id": 1, "answer": "two"}, {"question_id": 2, "answer": "3 dogs"},
                                         {"question_id": 3, "answer": "none"}, {"question_id": 4, "answer": "many"}])
-    m = SCORERS["tallyqa"](preds, anns)
+    m = score_tallyqa(preds, anns)
     assert (m["accuracy"], m["accuracy_simple"], m["accuracy_complex"], m["unparsed"]) == (75.0, 100.0, 50.0, 1)
 
 
@@ -192,11 +196,11 @@ def test_vsr(tmp_path):
         {"image": "c.jpg", "caption": "The cup is on the table.", "label": 1, "relation": "on"},
     ])
     preds = write(tmp_path / "p.json", [{"question_id": 0, "answer": "True"}, {"question_id": 1, "answer": "yes"}])
-    m = SCORERS["vsr"](preds, anns)
+    m = score_vsr(preds, anns)
     assert (m["accuracy"], m["missing"], m["n"]) == (33.33, 1, 3)
     assert m["per_relation"] == {"on": 50.0, "under": 0.0}
     with pytest.raises(ScoringError, match=r"q\.json.*'3'"):
-        SCORERS["vsr"](write(tmp_path / "q.json", [{"question_id": 3, "answer": "true"}]), anns)
+        score_vsr(write(tmp_path / "q.json", [{"question_id": 3, "answer": "true"}]), anns)
 
 
 # ---------------------------------------------------------------- RefCOCO
@@ -234,13 +238,13 @@ def test_refcoco(refcoco_files, tmp_path):
         {"sent_id": 13, "answer": "[0, 0, 50, 24]"},            # IoU 0.48 -> wrong
         {"sent_id": 14, "answer": "the dog on the right"},      # unparsed
     ])
-    m = SCORERS["refcoco"](preds, refs, questions=inst)
+    m = score_refcoco(preds, refs, questions=inst)
     assert (m["accuracy"], m["n"], m["unparsed"], m["missing"]) == (60.0, 5, 1, 0)
     assert m["per_split"] == {"val": 60.0}  # testA has no predictions -> not scored
-    t = SCORERS["refcocog"](preds, refs, questions=inst, split="testA")
+    t = score_refcoco(preds, refs, questions=inst, split="testA")
     assert (t["accuracy"], t["n"], t["missing"]) == (0.0, 1, 1)
     with pytest.raises(ScoringError, match=r"sentence id '99'"):
-        SCORERS["refcoco"](write(tmp_path / "u.json", [{"sent_id": 99, "answer": "[1, 2, 3, 4]"}]), refs, questions=inst)
+        score_refcoco(write(tmp_path / "u.json", [{"sent_id": 99, "answer": "[1, 2, 3, 4]"}]), refs, questions=inst)
 
 
 # ---------------------------------------------------------------- Sort-of-CLEVR
@@ -258,7 +262,7 @@ def soc_files(tmp_path):
 
 def test_sort_of_clevr(soc_files):
     preds, test = soc_files
-    m = SCORERS["sort_of_clevr"](preds, test)
+    m = score_sort_of_clevr(preds, test)
     assert (m["accuracy"], m["accuracy_relational"], m["accuracy_non_relational"]) == (50.0, 50.0, 50.0)
     assert m["per_subtype"] == {"closest": 100.0, "count": 0.0, "shape": 50.0}
     assert (m["n"], m["missing"], m["empty"]) == (4, 1, 0)
@@ -267,14 +271,14 @@ def test_sort_of_clevr(soc_files):
 def test_sort_of_clevr_empty_answer_and_malformed(soc_files, tmp_path):
     _, test = soc_files
     empty = write(tmp_path / "e.json", [{"id": 0, "answer": ""}, {"id": 2, "answer": None}])
-    m = SCORERS["sort_of_clevr"](empty, test)
+    m = score_sort_of_clevr(empty, test)
     assert (m["accuracy"], m["empty"], m["missing"]) == (0.0, 2, 2)
     with pytest.raises(ScoringError, match=r"e2\.json.*unknown question id '42'"):
-        SCORERS["sort_of_clevr"](write(tmp_path / "e2.json", [{"id": 42, "answer": "red"}]), test)
+        score_sort_of_clevr(write(tmp_path / "e2.json", [{"id": 42, "answer": "red"}]), test)
     bad = tmp_path / "trunc.json"
     bad.write_text('[{"id": 0, "answer": "red"}')
     with pytest.raises(ScoringError, match=r"trunc\.json.*not valid JSON.*line 1, column 28"):
-        SCORERS["sort_of_clevr"](str(bad), test)
+        score_sort_of_clevr(str(bad), test)
 
 
 def test_refcoco_refs_pickle_with_code_is_refused(tmp_path):
@@ -297,14 +301,56 @@ def test_refcoco_refs_pickle_with_code_is_refused(tmp_path):
         score_refcoco(tmp_path / "pred.json", refs)
 
 
-def test_annotation_record_missing_a_field_is_a_scoring_error(tmp_path):
-    import json
+# ---------------------------------------------------------------- MME
+@pytest.mark.parametrize("answer, expected", [
+    ("Yes", "yes"), ("no", "no"), ("yes.", "yes"), ("YES", "yes"), ("Not at all", "no"), ("nope", "no"),
+    ("know", "no"),  # the official rule only looks for "no" in the first four characters
+    ("I think yes", None), ("  yes", None), ("", None),
+])
+def test_mme_yes_no_reading(answer, expected):
+    assert mme_yes_no(answer) == expected
 
-    import pytest
 
-    from eval.scorers import SCORERS, ScoringError
+@pytest.fixture
+def mme_release(tmp_path):
+    """Three subtasks in both released layouts: questions beside the images, or under questions_answers_YN/."""
+    root = tmp_path / "MME_Benchmark_release_version"
+    (root / "existence").mkdir(parents=True)
+    (root / "existence/1.txt").write_text("Is there a cat? Please answer yes or no.\tYes\n"
+                                          "Is there a dog? Please answer yes or no.\tNo\n")
+    (root / "existence/2.txt").write_text("Is there a car?\tYes\nIs there a bus?\tNo\n")
+    (root / "artwork/images").mkdir(parents=True)
+    (root / "artwork/questions_answers_YN").mkdir()
+    (root / "artwork/images/10.jpg").write_bytes(b"")
+    (root / "artwork/questions_answers_YN/10.txt").write_text("Is this by Monet?\tNo\nIs this by Manet?\tYes\n")
+    (root / "code_reasoning").mkdir()
+    (root / "code_reasoning/20.txt").write_text("Does it print 3?\tYes\nDoes it print 4?\tNo\n")
+    return root
 
-    (tmp_path / "ann.json").write_text(json.dumps({"annotations": [{"question_id": 1}]}))  # no answers
-    (tmp_path / "pred.json").write_text(json.dumps([{"question_id": 1, "answer": "yes"}]))
-    with pytest.raises(ScoringError, match="ann.json"):
-        SCORERS["vqav2"](tmp_path / "pred.json", tmp_path / "ann.json")
+
+def test_mme_scores_as_the_official_tool(mme_release, tmp_path):
+    preds = write(tmp_path / "p.json", [
+        {"question_id": "existence/1/0", "answer": "Yes"},        # right
+        {"question_id": "existence/1/1", "answer": "no"},         # right: image 1 counts for acc+
+        {"question_id": "existence/2/0", "answer": "yes."},       # right
+        {"question_id": "existence/2/1", "answer": "Yes"},        # wrong
+        {"question_id": "artwork/10/0", "answer": "Not at all"},  # "not " holds "no": right
+        {"question_id": "artwork/10/1", "answer": "I think yes"},  # neither: wrong, unparsed
+        {"question_id": "code_reasoning/20/0", "answer": "YES"},  # right; 20/1 missing
+    ])
+    m = score_mme(preds, str(mme_release))
+    # existence: acc 3/4, acc+ 1/2 -> 75 + 50; artwork: 1/2, 0/1 -> 50 + 0; code_reasoning: 1/2, 0/1 -> 50 + 0
+    assert m["per_subtask"]["existence"] == {"accuracy": 75.0, "accuracy_plus": 50.0, "score": 125.0, "n": 4}
+    assert m["per_subtask"]["artwork"] == {"accuracy": 50.0, "accuracy_plus": 0.0, "score": 50.0, "n": 2}
+    assert m["per_subtask"]["code_reasoning"]["score"] == 50.0
+    assert (m["perception"], m["cognition"]) == (175.0, 50.0)
+    assert (m["accuracy"], m["n"], m["missing"], m["empty"], m["unparsed"]) == (62.5, 8, 1, 0, 1)
+    unknown = write(tmp_path / "u.json", [{"question_id": "existence/9/0", "answer": "yes"}])
+    with pytest.raises(ScoringError, match=r"u\.json.*'existence/9/0'"):
+        score_mme(unknown, str(mme_release))
+
+
+def test_mme_rejects_a_malformed_question_file(mme_release, tmp_path):
+    (mme_release / "existence/3.txt").write_text("Is there a cat? Yes\n")  # no tab
+    with pytest.raises(ScoringError, match=r"3\.txt: line 1 .*question<TAB>Yes\|No"):
+        score_mme(write(tmp_path / "p.json", []), str(mme_release))

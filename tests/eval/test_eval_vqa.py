@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from eval.scorers import SCORERS, ScoringError
-from eval.scorers.vqa import normalize_answer, process_punctuation, vqa_accuracy
+from eval.scorers import ScoringError
+from eval.scorers.vqa import (normalize_answer, process_punctuation, score_textvqa, score_vizwiz, score_vqav2,
+                              vqa_accuracy)
 
 
 def write(path, obj):
@@ -86,7 +87,7 @@ def vqav2_files(tmp_path):
 
 def test_vqav2_file_scoring(vqav2_files):
     preds, anns, _, _ = vqav2_files
-    m = SCORERS["vqav2"](preds, anns)
+    m = score_vqav2(preds, anns)
     # per question: 1.0, 0.9, 0.3, 0 (missing), 0 (empty)
     assert m["accuracy"] == 44.0
     assert (m["n"], m["missing"], m["empty"]) == (5, 1, 1)
@@ -96,18 +97,18 @@ def test_vqav2_file_scoring(vqav2_files):
 
 def test_vqav2_questions_file_selects_subset(vqav2_files, tmp_path):
     preds, anns, questions, _ = vqav2_files
-    m = SCORERS["vqav2"](preds, anns, questions=questions)
+    m = score_vqav2(preds, anns, questions=questions)
     assert (m["accuracy"], m["n"], m["missing"]) == (95.0, 2, 0)
     bad_q = write(tmp_path / "badq.json", {"questions": [{"question_id": 99, "image_id": 1, "question": "?"}]})
     with pytest.raises(ScoringError, match=r"badq\.json.*99"):
-        SCORERS["vqav2"](preds, anns, questions=bad_q)
+        score_vqav2(preds, anns, questions=bad_q)
 
 
 def test_unknown_prediction_id(vqav2_files, tmp_path):
     _, anns, _, _ = vqav2_files
     preds = write(tmp_path / "p_unknown.json", [{"question_id": 1, "answer": "yes"}, {"question_id": 777, "answer": "x"}])
     with pytest.raises(ScoringError, match=r"p_unknown\.json.*record #1.*'777'.*Fix"):
-        SCORERS["vqav2"](preds, anns)
+        score_vqav2(preds, anns)
 
 
 def test_invalid_json_names_file_and_position(vqav2_files, tmp_path):
@@ -115,14 +116,14 @@ def test_invalid_json_names_file_and_position(vqav2_files, tmp_path):
     bad = tmp_path / "broken.json"
     bad.write_text('[{"question_id": 1, "answer": "yes"},\n {"question_id": 2 "answer": "no"}]')
     with pytest.raises(ScoringError, match=r"broken\.json.*not valid JSON.*line 2, column 20"):
-        SCORERS["vqav2"](str(bad), anns)
+        score_vqav2(str(bad), anns)
 
 
 def test_duplicate_prediction_is_an_error(vqav2_files, tmp_path):
     _, anns, _, _ = vqav2_files
     preds = write(tmp_path / "dup.json", [{"question_id": 1, "answer": "yes"}, {"question_id": 1, "answer": "no"}])
     with pytest.raises(ScoringError, match=r"dup\.json.*#0 and #1"):
-        SCORERS["vqav2"](preds, anns)
+        score_vqav2(preds, anns)
 
 
 def test_textvqa(tmp_path):
@@ -134,7 +135,7 @@ def test_textvqa(tmp_path):
     preds = write(tmp_path / "p.json", [{"question_id": 34602, "answer": "nokia"},
                                         {"question_id": 34603, "answer": "stop"},
                                         {"question_id": 34604, "answer": "1000"}])  # uniform GT: raw compare -> 0
-    m = SCORERS["textvqa"](preds, anns)
+    m = score_textvqa(preds, anns)
     assert m["accuracy"] == pytest.approx(round(100 * (0.6 + 1.0 + 0.0) / 3, 2))
     assert m["accuracy"] == 53.33
 
@@ -150,7 +151,7 @@ def test_vizwiz(tmp_path):
     ])
     preds = write(tmp_path / "p.json", [{"image": "VizWiz_val_00000000.jpg", "answer": "unanswerable"},
                                         {"image": "VizWiz_val_00000001.jpg", "answer": "Coffee."}])
-    m = SCORERS["vizwiz"](preds, anns)
+    m = score_vizwiz(preds, anns)
     assert m["accuracy"] == 95.0
     assert m["per_answer_type"] == {"other": 90.0, "unanswerable": 100.0}
     assert m["per_answerable"] == {"0": 100.0, "1": 90.0}

@@ -1,11 +1,10 @@
 """Runner for the embedded Sort-of-CLEVR benchmark: `python evaluate.py run=RUN_DIR benchmark=sort_of_clevr`.
 
 Answers every held-out question of `test.json` with greedy `generate` (the question as it was trained,
-no suffix), writes the predictions to `RUN_DIR/predictions/sort_of_clevr.json` (`[{"id", "answer"}]`;
-the resumable log is `sort_of_clevr.jsonl`, see `eval.runner`), and scores them with
-`eval.scorers.sort_of_clevr` (exact match after lower-casing and stripping): `accuracy`,
-`accuracy_relational`, `accuracy_non_relational` in percent, `accuracy_<subtype>` per subtype, and `n`.
-The test file is the one generated for the run's own data config, or `benchmark.root/test.json` when given.
+no suffix) and scores the predictions with `eval.scorers.sort_of_clevr` (exact match after lower-casing
+and stripping). Returns `accuracy`, `accuracy_relational`, `accuracy_non_relational` in percent,
+`accuracy_<subtype>` per subtype, and `n`. The test file is the one generated for the run's own data
+config, or `benchmark.root/test.json` when given.
 """
 
 from __future__ import annotations
@@ -16,14 +15,20 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from data.sources import resolve
-from eval.runner import Item, Runner
+from eval.runners.base import Item, Runner
 
 
 class SortOfClevr(Runner):
-    def __init__(self, name: str = "sort_of_clevr", root: str | None = None, max_new_tokens: int = 8, **kwargs):
-        super().__init__(name=name, root=root, max_new_tokens=max_new_tokens, **kwargs)
+    """Sort-of-CLEVR's held-out questions; predictions `[{"id", "answer"}]`."""
+
+    subset_name = "questions.json"
+
+    def __init__(self, scorer, name: str = "sort_of_clevr", root: str | None = None, max_new_tokens: int = 8,
+                 **kwargs):
+        super().__init__(name=name, scorer=scorer, root=root, max_new_tokens=max_new_tokens, **kwargs)
 
     def test_file(self, run_dir: Path) -> tuple[Path, Path]:
+        """(test file, image folder): under `root` when set, else the run's own generated data."""
         if self.root:
             return self.root / "test.json", self.root
         run_cfg = OmegaConf.load(run_dir / "config.yaml")
@@ -33,19 +38,17 @@ class SortOfClevr(Runner):
         return source.test, source.image_root
 
     def items(self, run_dir: Path) -> list[Item]:
-        self.test_path, image_root = self.test_file(run_dir)
-        if not self.test_path.is_file():
-            raise FileNotFoundError(f"{self.test_path} not found: benchmark.root must be a generated Sort-of-CLEVR folder")
+        test_path, image_root = self.test_file(run_dir)
+        if not test_path.is_file():
+            raise FileNotFoundError(f"{test_path} not found: benchmark.root must be a generated Sort-of-CLEVR folder")
         return [Item(str(q["id"]), image_root / q["image"], q["question"] + self.prompt_suffix, meta={"raw": q})
-                for q in json.loads(self.test_path.read_text())]
+                for q in json.loads(test_path.read_text())]
 
     def official(self, item, answer):
         return {"id": item.meta["raw"]["id"], "answer": answer}
 
-    def scoring_files(self, items, limited):
-        if limited:  # score only the questions asked
-            return {"annotations": self.write_subset([it.meta["raw"] for it in items], "questions.json")}
-        return {"annotations": self.test_path}
+    def scoring_files(self, run_dir):
+        return {"annotations": self.test_file(run_dir)[0]}
 
     def __call__(self, run_dir: Path, cfg) -> dict:
         metrics = super().__call__(run_dir, cfg)

@@ -1,17 +1,18 @@
 """The runner base every benchmark uses: items → model → resumable predictions log → official file → scorer.
 
-A benchmark runner is a Hydra `_target_` (see `conf/benchmark/*.yaml`) called by `core.run.evaluate`
-as `runner(run_dir, cfg) -> metrics`:
+A benchmark runner is a Hydra `_target_` (see `conf/benchmark/*.yaml`) that conforms to
+`core.interfaces.Benchmark`: `core.run.evaluate` calls it as `runner(run_dir, cfg) -> metrics`:
 
     python evaluate.py run=RUN_DIR benchmark=NAME benchmark.root=PATH [limit=N] [batch_size=B]
 
 A subclass only says what the benchmark's items are (`items`: id, image path, prompt, and answer
 options for the probability-scored benchmarks), how one prediction is written in the benchmark's
-official predictions format (`official`), and which annotation files score the items asked
-(`scoring_files`). This base does the rest:
+official predictions format (`official`), which files score the full benchmark (`scoring_files`)
+and how the file named by `subset_of` looks when cut to some items (`subset`). This base does the rest:
 
-- `cfg.limit`: only the first N items are asked and scored (the annotations are cut to the same
-  items, so questions never asked are not counted as missing);
+- `cfg.limit`: only the first N items are asked and scored: the `subset_of` file is replaced by
+  `subset(items)`, written to `RUN_DIR/predictions/<name>.<subset_name>` (a folder of files when
+  `subset` returns `Folder`), so questions never asked are not counted as missing;
 - batches of `cfg.batch_size`, greedy `VLM.generate` (free answers) or `VLM.score` (options), with
   a rich progress bar;
 - `RUN_DIR/predictions/<name>.jsonl` is the working log: a first line `{"_meta": {...}}` (the
@@ -20,8 +21,8 @@ official predictions format (`official`), and which annotation files score the i
   predictions already there (a trailing partial line left by a crash is dropped and rewritten); with
   other settings or weights it starts over;
 - `RUN_DIR/predictions/<name>.json`: the asked items' predictions in the official format, scored
-  with `eval.scorers.SCORERS[scorer]` (default: the benchmark's name). The metrics dict is returned as
-  the scorer returns it (overall accuracy under `accuracy`, percent).
+  by the config's `scorer` (see `eval.scorers.build_scorer`). The metrics dict is returned as the
+  scorer returns it (overall accuracy under `accuracy`, percent).
 """
 
 from __future__ import annotations
@@ -39,11 +40,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 import vlm
-from data.atomic import atomic_file
-from eval.scorers import SCORERS
+from data.atomic import atomic_directory, atomic_file
+from eval.scorers import build_scorer
 
 console = Console()
-SHORT_ANSWER = "\nAnswer the question using a single word or phrase."
 
 
 @dataclass
@@ -57,21 +57,25 @@ class Item:
     meta: dict[str, Any] = field(default_factory=dict)  # what `official` needs (original id, split, ...)
 
 
+class Folder(dict):
+    """A subset written as a folder: file name -> content (text as is, anything else as JSON)."""
+
+
 class Runner:
-    """Base runner. Subclasses set `files` (config keys holding paths under `root`) and implement
-    `items`, and override `official` / `scoring_files` where the default does not fit."""
+    """Base runner. Subclasses implement `items` and `scoring_files`, override `official` / `subset` /
+    `answer_of` where the default does not fit, and set `subset_of` / `subset_name` when the file cut
+    to the asked items is not the annotations (see the module docstring)."""
 
-    files: tuple[str, ...] = ()  # config keys that are file/folder names relative to `root`
+    subset_of: str = "annotations"        # the `scoring_files` key replaced by `subset(items)` under `limit`
+    subset_name: str = "annotations.json"  # written as predictions/<name>.<subset_name>
 
-    def __init__(self, name: str, root: str | None = None, prompt_suffix: str = "", max_new_tokens: int = 16,
-                 scorer: str | None = None, **settings: Any):
+    def __init__(self, name: str, scorer: Any, root: str | None = None, prompt_suffix: str = "",
+                 max_new_tokens: int = 16, **settings: Any):
         self.name = name
         self.root = Path(root) if root else None
         self.prompt_suffix = prompt_suffix or ""
         self.max_new_tokens = int(max_new_tokens)
-        self.scorer = scorer or name
-        if self.scorer not in SCORERS:
-            raise ValueError(f"benchmark {name}: no scorer {self.scorer!r}; choose from {', '.join(SCORERS)}")
+        self.score = build_scorer(scorer, name)
         self.settings = dict(settings)
 
     # --- what a benchmark defines --------------------------------------------------------------------------
@@ -82,10 +86,14 @@ class Runner:
         """One record of the official predictions file (default `{"question_id", "answer"}`)."""
         return {"question_id": item.meta.get("question_id", item.id), "answer": answer}
 
-    def scoring_files(self, items: list[Item], limited: bool) -> dict:
-        """Keyword arguments for the scorer besides the predictions: `annotations`, `questions`, `split`.
-        With `limited`, they must restrict scoring to `items` (see `write_subset`)."""
-        raise NotImplementedError
+    def scoring_files(self, run_dir: Path) -> dict:
+        """Keyword arguments for the scorer besides the predictions, for the whole benchmark:
+        `annotations`, and `questions` / `split` where the scorer takes them."""
+        return {"annotations": self.path("annotations")}
+
+    def subset(self, items: list[Item]) -> Any:
+        """The `subset_of` file cut to `items`, in its own layout (default: a JSON list of the items' raw records)."""
+        return [it.meta["raw"] for it in items]
 
     def answer_of(self, item: Item, probs: list[float]) -> Any:
         """The answer written for a probability-scored item (default: the most probable option's text)."""
@@ -109,17 +117,11 @@ class Runner:
     def image_path(self, *parts: str) -> Path:
         return self.path("images") / Path(*parts)
 
-    def write_subset(self, data: Any, suffix: str) -> Path:
-        """Write a cut-down annotation file next to the predictions (used when `limit` is set)."""
-        out = self.pred_dir / f"{self.name}.{suffix}"
-        out.write_text(json.dumps(data))
-        return out
-
     # --- the run --------------------------------------------------------------------------------------------
     def __call__(self, run_dir: Path, cfg) -> dict:
         run_dir = Path(run_dir)
-        self.pred_dir = run_dir / "predictions"
-        self.pred_dir.mkdir(parents=True, exist_ok=True)
+        pred_dir = run_dir / "predictions"
+        pred_dir.mkdir(parents=True, exist_ok=True)
         items = self.items(run_dir)
         limit = cfg.get("limit")
         limited = bool(limit) and int(limit) < len(items)
@@ -130,12 +132,15 @@ class Runner:
             raise ValueError(f"benchmark {self.name}: duplicated item ids; the runner needs one id per question")
         done = self.predict(run_dir, items, cfg)
         official = [self.official(it, done[it.id]["answer"]) for it in items]
-        out = self.pred_dir / f"{self.name}.json"
-        out.write_text(json.dumps(official, indent=1))
-        files = self.scoring_files(items, limited)
-        return SCORERS[self.scorer](str(out), str(files["annotations"]),
-                                    questions=None if files.get("questions") is None else str(files["questions"]),
-                                    split=files.get("split"))
+        out = pred_dir / f"{self.name}.json"
+        with atomic_file(out) as tmp:
+            tmp.write_text(json.dumps(official, indent=1))
+        files = self.scoring_files(run_dir)
+        if limited:
+            files[self.subset_of] = write_subset(pred_dir / f"{self.name}.{self.subset_name}", self.subset(items))
+        return self.score(str(out), str(files["annotations"]),
+                          questions=None if files.get("questions") is None else str(files["questions"]),
+                          split=files.get("split"))
 
     def fingerprint(self, run_dir: Path) -> dict:
         weights = run_dir / "model.safetensors"
@@ -148,7 +153,7 @@ class Runner:
 
     def predict(self, run_dir: Path, items: list[Item], cfg) -> dict[str, dict]:
         """Predictions for `items` by id, resuming the log; the model is loaded only if some are missing."""
-        log = self.pred_dir / f"{self.name}.jsonl"
+        log = run_dir / "predictions" / f"{self.name}.jsonl"
         meta = self.fingerprint(run_dir)
         done = read_log(log, meta)
         todo = [it for it in items if it.id not in done]
@@ -181,6 +186,19 @@ class Runner:
         probs = model.score(images, prompts, [it.options for it in chunk], batch_size=batch_size)
         return [{"id": it.id, "answer": self.answer_of(it, p), "probs": [round(float(x), 6) for x in p]}
                 for it, p in zip(chunk, probs, strict=True)]
+
+
+def write_subset(out: Path, data: Any) -> Path:
+    """Write a cut-down scoring file (or, for a `Folder`, a folder of files) at `out`; returns `out`."""
+    if not isinstance(data, Folder):
+        with atomic_file(out) as tmp:
+            tmp.write_text(json.dumps(data))
+        return out
+    with atomic_directory(out) as tmp:
+        for name, content in data.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_text(content if isinstance(content, str) else json.dumps(content))
+    return out
 
 
 def load_image(path: Path | None) -> Image.Image | None:

@@ -1,0 +1,21 @@
+"""TallyQA runner: greedy generation of a count per question, scored by `eval.scorers.tallyqa`.
+
+    python evaluate.py run=RUN_DIR benchmark=tallyqa benchmark.root=PATH [limit=N] [batch_size=B]
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from eval.runners.base import Item, Runner
+
+
+class TallyQA(Runner):
+    """`test.json` (list of {question_id, image, question, answer, issimple}); `image` is a path relative to
+    the images folder (e.g. `VG_100K/2410408.jpg`, `val2014/COCO_val2014_000000000042.jpg`)."""
+
+    def items(self, run_dir: Path) -> list[Item]:
+        data = json.loads(self.path("annotations").read_text())
+        return [Item(str(d["question_id"]), self.image_path(d["image"]), d["question"] + self.prompt_suffix,
+                     meta={"question_id": d["question_id"], "raw": d}) for d in data]
