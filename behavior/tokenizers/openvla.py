@@ -33,7 +33,6 @@ from .base import ActionTokenizer
 
 
 class OpenVLATokenizer(ActionTokenizer):
-    name = "openvla"
 
     def __init__(self, vocab_size: int = 256, n_bins: int = 256) -> None:
         if n_bins < 2:
@@ -52,6 +51,10 @@ class OpenVLATokenizer(ActionTokenizer):
     @property
     def min_token_id(self) -> int:
         return self._vocab_size - self.n_bins
+
+    def roundtrip_bound(self) -> float:
+        """Half a bin width, 1 / (n_bins - 1), on [-1, 1]."""
+        return 1.0 / (self.n_bins - 1)
 
     def fit(self, actions=None) -> "OpenVLATokenizer":
         return self

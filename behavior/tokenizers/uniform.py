@@ -16,7 +16,6 @@ from .base import ActionTokenizer, as_float
 
 
 class UniformTokenizer(ActionTokenizer):
-    name = "uniform"
 
     def __init__(self, n_bins: int = 256, low: float = -1.0, high: float = 1.0) -> None:
         if n_bins < 1 or not high > low:
@@ -32,6 +31,10 @@ class UniformTokenizer(ActionTokenizer):
     @property
     def bin_width(self) -> float:
         return (self.high - self.low) / self.n_bins
+
+    def roundtrip_bound(self) -> float:
+        """Half a bin width on [low, high]."""
+        return self.bin_width / 2.0
 
     def fit(self, actions=None) -> "UniformTokenizer":
         return self
