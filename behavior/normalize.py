@@ -21,11 +21,13 @@ Saved as ``normalizer.json`` in a directory (floats round-trip exactly).
 
 from __future__ import annotations
 
-import json
 import os
+from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
+
+from data.atomic import read_json, write_json
 
 FILENAME = "normalizer.json"
 
@@ -116,16 +118,13 @@ class ActionNormalizer:
         return cls(q01=d["q01"], q99=d["q99"], mask=d.get("mask"), eps=d.get("eps", 0.0))
 
     def save(self, directory: str) -> str:
-        os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, FILENAME)
-        with open(path, "w") as f:
-            json.dump(self.to_dict(), f, indent=2)
+        write_json(Path(path), self.to_dict())
         return path
 
     @classmethod
     def load(cls, directory: str) -> "ActionNormalizer":
-        with open(os.path.join(directory, FILENAME)) as f:
-            return cls.from_dict(json.load(f))
+        return cls.from_dict(read_json(Path(directory) / FILENAME))
 
 
 __all__ = ["ActionNormalizer"]
