@@ -21,11 +21,12 @@ IGNORE = -100
 
 class ActionCodec:
     def __init__(self, tokenizer: ActionTokenizer, chunk_size: int, action_dim: int, max_tokens: int | None = None):
-        if tokenizer.kind not in (PER_VECTOR, CLUSTER, SEQUENCE):
-            raise ValueError(f"{type(tokenizer).__name__}.kind is {tokenizer.kind!r}; the codec reads "
+        kind = getattr(tokenizer, "kind", None)
+        if kind not in (PER_VECTOR, CLUSTER, SEQUENCE):
+            raise ValueError(f"{type(tokenizer).__name__}.kind is {kind!r}; the codec reads "
                              f"{PER_VECTOR!r}, {CLUSTER!r} or {SEQUENCE!r}")
         self.tokenizer, self.chunk_size, self.action_dim = tokenizer, int(chunk_size), int(action_dim)
-        self.kind = tokenizer.kind
+        self.kind = kind
         self._max_tokens = max_tokens  # a sequence's longest (measured by `fit`, EOS included), or given
 
     @property

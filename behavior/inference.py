@@ -1,4 +1,4 @@
-"""Load a trained behavior run: `behavior.load(run_dir)` → the policy, ready to act.
+"""Load a trained behavior run: `behavior.inference.load(run_dir)` → the policy, ready to act.
 
 A run directory holds `config.yaml`, `model.safetensors` (weights and the
 normalisation buffers), `policy.json` (the shapes the policy was built with)

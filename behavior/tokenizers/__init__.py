@@ -85,7 +85,7 @@ def tokenizer_class(target: str, source: str) -> type[ActionTokenizer]:
         cls = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as err:
         raise ValueError(f"{source}: _target_ {target!r} does not exist ({err})") from None
-    if not (isinstance(cls, type) and issubclass(cls, ActionTokenizer)) or cls.kind not in KINDS:
+    if not (isinstance(cls, type) and issubclass(cls, ActionTokenizer)) or getattr(cls, "kind", None) not in KINDS:
         raise ValueError(f"{source}: _target_ {target!r} is not an ActionTokenizer of {PACKAGE}")
     return cls
 

@@ -43,8 +43,8 @@ KINDS = (PER_VECTOR, CLUSTER, SEQUENCE)
 
 
 class ActionTokenizer(ABC):
-    #: how ids are laid out (PER_VECTOR, CLUSTER or SEQUENCE; see the module docstring)
-    kind: ClassVar[str] = PER_VECTOR
+    #: how ids are laid out (PER_VECTOR, CLUSTER or SEQUENCE; see the module docstring); every class sets it
+    kind: ClassVar[str]
 
     @abstractmethod
     def fit(self, actions: np.ndarray) -> "ActionTokenizer":

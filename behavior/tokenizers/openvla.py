@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import ActionTokenizer
+from .base import PER_VECTOR, ActionTokenizer
 
 
 class OpenVLATokenizer(ActionTokenizer):
+    kind = PER_VECTOR
 
     def __init__(self, vocab_size: int = 256, n_bins: int = 256) -> None:
         if n_bins < 2:

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import ActionTokenizer, as_float, require_fitted
+from .base import PER_VECTOR, ActionTokenizer, as_float, require_fitted
 
 
 class QuantileTokenizer(ActionTokenizer):
+    kind = PER_VECTOR
 
     def __init__(self, n_bins: int = 256, decode_to: str = "midpoint") -> None:
         if n_bins < 1:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import ActionTokenizer, as_float
+from .base import PER_VECTOR, ActionTokenizer, as_float
 
 
 class UniformTokenizer(ActionTokenizer):
+    kind = PER_VECTOR
 
     def __init__(self, n_bins: int = 256, low: float = -1.0, high: float = 1.0) -> None:
         if n_bins < 1 or not high > low:

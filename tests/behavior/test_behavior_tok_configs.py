@@ -130,3 +130,11 @@ def test_tokenizers_saved_with_a_name_still_load(tmp_path, name, config):
     assert type(back).target() == tokenizer_config(name)["_target_"] and back.get_config() == tok.get_config()
     x = _chunks(10, 1, seed=3).reshape(-1, D)
     np.testing.assert_array_equal(back.encode(x), tok.encode(x))
+
+
+def test_the_codec_reads_the_kind_and_refuses_an_unknown_one():
+    tok = build_tokenizer("uniform")
+    assert ActionCodec(tok, 3, D).max_tokens == 3 * D  # per-vector bins: one id per dimension, no fitting needed
+    tok.kind = "per_chunk"
+    with pytest.raises(ValueError, match="kind is 'per_chunk'"):
+        ActionCodec(tok, 3, D)
