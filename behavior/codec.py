@@ -61,7 +61,7 @@ class ActionCodec:
         """Width of the residual-offset head (clusters × D for CLUSTER tokenizers; 0 otherwise)."""
         return self.tokenizer.vocab_size * self.action_dim if self.kind == CLUSTER else 0
 
-    def fit(self, chunks: np.ndarray) -> "ActionCodec":
+    def fit(self, chunks: np.ndarray) -> ActionCodec:
         """Fit the tokenizer on normalised chunks (N, H, D) (per-vector tokenizers see the actions)."""
         self.tokenizer.fit(chunks if self.kind == SEQUENCE else chunks.reshape(-1, self.action_dim))
         if self.kind == SEQUENCE:

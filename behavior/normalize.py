@@ -22,8 +22,8 @@ Saved as ``normalizer.json`` in a directory (floats round-trip exactly).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -35,9 +35,9 @@ FILENAME = "normalizer.json"
 class ActionNormalizer:
     def __init__(
         self,
-        q01: Optional[Sequence[float]] = None,
-        q99: Optional[Sequence[float]] = None,
-        mask: Optional[Sequence[bool]] = None,
+        q01: Sequence[float] | None = None,
+        q99: Sequence[float] | None = None,
+        mask: Sequence[bool] | None = None,
         eps: float = 0.0,
     ) -> None:
         if (q01 is None) != (q99 is None):
@@ -50,7 +50,7 @@ class ActionNormalizer:
             self._check()
 
     # ------------------------------------------------------------------ stats
-    def fit(self, actions: np.ndarray) -> "ActionNormalizer":
+    def fit(self, actions: np.ndarray) -> ActionNormalizer:
         a = np.asarray(actions, dtype=np.float64)
         if a.ndim < 1 or a.size == 0:
             raise ValueError("fit needs a non-empty array of shape (..., D)")
@@ -114,7 +114,7 @@ class ActionNormalizer:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ActionNormalizer":
+    def from_dict(cls, d: dict) -> ActionNormalizer:
         return cls(q01=d["q01"], q99=d["q99"], mask=d.get("mask"), eps=d.get("eps", 0.0))
 
     def save(self, directory: str) -> str:
@@ -123,7 +123,7 @@ class ActionNormalizer:
         return path
 
     @classmethod
-    def load(cls, directory: str) -> "ActionNormalizer":
+    def load(cls, directory: str) -> ActionNormalizer:
         return cls.from_dict(read_json(Path(directory) / FILENAME))
 
 

@@ -32,8 +32,8 @@ from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from data.atomic import atomic_file
 from behavior.metaworld import HORIZON, make_env, select_config, task_names
+from data.atomic import atomic_file
 
 console = Console()
 

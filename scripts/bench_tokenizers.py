@@ -20,14 +20,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
+import yaml
 
-import yaml  # noqa: E402
-
-from behavior.codec import IGNORE, ActionCodec  # noqa: E402
-from behavior.normalize import ActionNormalizer  # noqa: E402
-from behavior.tokenizers import build_tokenizer, config_names  # noqa: E402
-from data.lerobot import read_dataset  # noqa: E402
+from behavior.codec import IGNORE, ActionCodec
+from behavior.normalize import ActionNormalizer
+from behavior.tokenizers import build_tokenizer, config_names
+from data.lerobot import read_dataset
 
 
 def chunks_of(data, normalizer: ActionNormalizer, chunk: int, episodes: list[int]) -> np.ndarray:

@@ -19,7 +19,7 @@ from hydra import compose, initialize_config_dir
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.run import evaluate, run_dir_of, train  # noqa: E402
+from core.run import evaluate, run_dir_of, train
 
 
 def main(overrides: list[str]) -> None:

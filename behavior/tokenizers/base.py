@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import ClassVar, Dict
+from typing import ClassVar
 
 import numpy as np
 
@@ -47,7 +47,7 @@ class ActionTokenizer(ABC):
     kind: ClassVar[str]
 
     @abstractmethod
-    def fit(self, actions: np.ndarray) -> "ActionTokenizer":
+    def fit(self, actions: np.ndarray) -> ActionTokenizer:
         """Fit on normalised actions (no-op for data-independent tokenizers); returns self."""
 
     @abstractmethod
@@ -71,11 +71,11 @@ class ActionTokenizer(ABC):
         """Largest |decode(encode(x)) - x| for x in the covered range; None when no bound holds a priori."""
         return None
 
-    def get_arrays(self) -> Dict[str, np.ndarray]:
+    def get_arrays(self) -> dict[str, np.ndarray]:
         """Fitted arrays to store in safetensors (empty if none)."""
         return {}
 
-    def set_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
+    def set_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """Restore fitted arrays after construction from config."""
 
     @classmethod
@@ -91,7 +91,7 @@ class ActionTokenizer(ABC):
             save_arrays(os.path.join(directory, ARRAYS_FILE), arrays)
 
     @classmethod
-    def load(cls, directory: str) -> "ActionTokenizer":
+    def load(cls, directory: str) -> ActionTokenizer:
         """Restore a tokenizer of exactly this class from `directory` (see `load_tokenizer` for any class)."""
         from behavior.tokenizers import saved_class
 
@@ -111,14 +111,14 @@ class ActionTokenizer(ABC):
             self.set_arrays(load_arrays(path))
 
 
-def save_arrays(path: str, arrays: Dict[str, np.ndarray]) -> None:
+def save_arrays(path: str, arrays: dict[str, np.ndarray]) -> None:
     from safetensors.numpy import save_file
 
     with atomic_file(Path(path)) as tmp:
         save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(tmp))
 
 
-def load_arrays(path: str) -> Dict[str, np.ndarray]:
+def load_arrays(path: str) -> dict[str, np.ndarray]:
     from safetensors.numpy import load_file
 
     return load_file(path)

@@ -39,7 +39,7 @@ lazily, so the other tokenizers work without them.
 from __future__ import annotations
 
 import os
-from typing import List, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -109,7 +109,7 @@ class FASTTokenizer(ActionTokenizer):
             )
 
     # ----------------------------------------------------------------- fit
-    def fit(self, actions) -> "FASTTokenizer":
+    def fit(self, actions) -> FASTTokenizer:
         from tokenizers import Tokenizer
         from tokenizers.models import BPE
         from tokenizers.trainers import BpeTrainer
@@ -168,7 +168,7 @@ class FASTTokenizer(ActionTokenizer):
         T, D = self.time_horizon, self.action_dim
         n = T * D
         bad = False
-        chars: List[str] = []
+        chars: list[str] = []
         for i in np.asarray(ids, dtype=np.int64).reshape(-1).tolist():
             tok = self.bpe.id_to_token(i) if i >= 0 else None
             if tok is None:

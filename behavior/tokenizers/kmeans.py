@@ -80,7 +80,7 @@ class KMeansTokenizer(ActionTokenizer):
     def vocab_size(self) -> int:
         return self.k
 
-    def fit(self, actions) -> "KMeansTokenizer":
+    def fit(self, actions) -> KMeansTokenizer:
         a = as_float(actions)
         self.centers = kmeans(a.reshape(-1, a.shape[-1]), self.k, self.seed, self.n_iter)
         return self

@@ -57,7 +57,7 @@ class OpenVLATokenizer(ActionTokenizer):
         """Half a bin width, 1 / (n_bins - 1), on [-1, 1]."""
         return 1.0 / (self.n_bins - 1)
 
-    def fit(self, actions=None) -> "OpenVLATokenizer":
+    def fit(self, actions=None) -> OpenVLATokenizer:
         return self
 
     def encode(self, actions) -> np.ndarray:

@@ -52,7 +52,7 @@ class QuantileTokenizer(ActionTokenizer):
         widest = float(np.diff(self.edges, axis=1).max())
         return widest / 2.0 if self.decode_to == "midpoint" else widest
 
-    def fit(self, actions) -> "QuantileTokenizer":
+    def fit(self, actions) -> QuantileTokenizer:
         a = as_float(actions)
         a = a.reshape(-1, a.shape[-1])
         qs = np.linspace(0.0, 1.0, self.n_bins + 1)

@@ -38,7 +38,7 @@ class ResidualVQTokenizer(ActionTokenizer):
     def vocab_size(self) -> int:
         return self.codebook_size
 
-    def fit(self, actions) -> "ResidualVQTokenizer":
+    def fit(self, actions) -> ResidualVQTokenizer:
         a = as_float(actions)
         residual = a.reshape(-1, a.shape[-1]).copy()
         books = []

@@ -37,7 +37,7 @@ class UniformTokenizer(ActionTokenizer):
         """Half a bin width on [low, high]."""
         return self.bin_width / 2.0
 
-    def fit(self, actions=None) -> "UniformTokenizer":
+    def fit(self, actions=None) -> UniformTokenizer:
         return self
 
     def encode(self, actions) -> np.ndarray:

@@ -14,7 +14,12 @@ from behavior.codec import ActionCodec
 from behavior.inference import load
 from behavior.metaworld import make_env, run_expert
 from behavior.policy import GPTPolicy
-from behavior.tokenizers import build_tokenizer, config_names, tokenizer_config, tokenizer_from_config
+from behavior.tokenizers import (
+    build_tokenizer,
+    config_names,
+    tokenizer_config,
+    tokenizer_from_config,
+)
 from core.run import evaluate, train
 from data.lerobot import read_dataset
 from tests.conftest import compose_cfg
@@ -153,8 +158,9 @@ def test_every_behavior_option_composes_and_names_the_run(group):
 def test_rollout_records_requested_videos(behavior_cfg, monkeypatch, tmp_path):
     """Rendering needs an OpenGL backend this machine lacks: frames come from a stand-in `render`, the
     rest (which episodes are recorded, the GIF written) is the real code."""
-    import behavior.rollout as rollout_mod
     from PIL import Image
+
+    import behavior.rollout as rollout_mod
 
     run_dir = train(behavior_cfg("stage.phases.bc.max_steps=1", "stage.phases.bc.global_batch_size=16", "run.name=vid"))["run_dir"]
     monkeypatch.setattr(rollout_mod, "make_env", lambda task, seed, render=False: make_env(task, seed))

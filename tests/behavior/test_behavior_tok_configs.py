@@ -11,7 +11,14 @@ from omegaconf import OmegaConf
 
 from behavior.codec import IGNORE, ActionCodec
 from behavior.tokenizers import (
-    CLUSTER, PER_VECTOR, SEQUENCE, ActionTokenizer, build_tokenizer, config_names, load_tokenizer, tokenizer_config,
+    CLUSTER,
+    PER_VECTOR,
+    SEQUENCE,
+    ActionTokenizer,
+    build_tokenizer,
+    config_names,
+    load_tokenizer,
+    tokenizer_config,
 )
 from behavior.tokenizers.base import CONFIG_FILE
 from tests.conftest import CONF
