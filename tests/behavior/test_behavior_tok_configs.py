@@ -34,7 +34,8 @@ def _chunks(n: int, horizon: int, seed: int) -> np.ndarray:
 
 
 def _fitted_codec(name: str) -> tuple[ActionCodec, np.ndarray]:
-    horizon = int(OmegaConf.load(CONF / "tokenizer" / f"{name}.yaml").chunk_size)
+    # the config's chunk, at least 3 actions long so that the layout of a chunk's tokens is exercised
+    horizon = max(3, int(OmegaConf.load(CONF / "tokenizer" / f"{name}.yaml").chunk_size))
     chunks = _chunks(400, horizon, seed=0)
     return ActionCodec(build_tokenizer(name), horizon, D).fit(chunks), chunks
 
