@@ -1,4 +1,4 @@
-"""Load a trained behavior run: `behavior.load(run_dir)` → the policy, ready to act.
+"""Load a trained behavior run: `behavior.inference.load(run_dir)` → the policy, ready to act.
 
 A run directory holds `config.yaml`, `model.safetensors` (weights and the
 normalisation buffers), `policy.json` (the shapes the policy was built with)
@@ -7,7 +7,6 @@ and, for token policies, `tokenizer/` (the fitted action tokenizer).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from hydra.utils import instantiate
@@ -16,6 +15,7 @@ from safetensors.torch import load_model
 
 from behavior.codec import ActionCodec
 from behavior.tokenizers import load_tokenizer
+from data.atomic import read_json, write_json
 
 SPEC = "policy.json"
 
@@ -33,7 +33,7 @@ def save_policy_spec(run_dir: Path, kwargs: dict, shape: dict, codec: ActionCode
     run_dir.mkdir(parents=True, exist_ok=True)
     if codec is not None:
         codec.tokenizer.save(str(run_dir / "tokenizer"))
-    (run_dir / SPEC).write_text(json.dumps({"kwargs": kwargs, "shape": shape}, indent=2))
+    write_json(run_dir / SPEC, {"kwargs": kwargs, "shape": shape})
 
 
 def load(run_dir, device: str = "cpu"):
@@ -43,7 +43,7 @@ def load(run_dir, device: str = "cpu"):
         if not (run_dir / name).exists():
             raise FileNotFoundError(f"{run_dir / name} is missing: is {run_dir} a finished behavior run?")
     cfg = OmegaConf.load(run_dir / "config.yaml")
-    spec = json.loads((run_dir / SPEC).read_text())
+    spec = read_json(run_dir / SPEC)
     codec = None
     if cfg.policy.get("tokenized"):
         shape = spec["shape"]

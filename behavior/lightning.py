@@ -19,7 +19,7 @@ from behavior.codec import ActionCodec
 from behavior.inference import build_policy, save_policy_spec
 from behavior.dataset import DemoDataset, Demonstrations, build_demonstrations, identity
 from behavior.metaworld import task_names
-from behavior.tokenizers import build_tokenizer
+from behavior.tokenizers import tokenizer_from_config
 from core.data import StreamDataModule
 from core.module import TrainModule
 from data.lerobot import read_dataset
@@ -57,10 +57,6 @@ class BehaviorDataModule(StreamDataModule):
         return {"samples": self.num_samples}
 
 
-def tokenizer_kwargs(node) -> dict:
-    return {k: v for k, v in node.items() if k not in ("name", "chunk_size")}
-
-
 class BehaviorTask:
     """Builds the policy and its data for `core.run.train`."""
 
@@ -84,7 +80,7 @@ class BehaviorTask:
         kwargs = dict(state_dim=demos.states.shape[-1], num_tasks=len(task_names(cfg.env.tasks)), n_obs=int(cfg.policy.n_obs))
         shape = {"action_dim": chunks.shape[-1], "chunk_size": int(cfg.tokenizer.chunk_size)}
         if cfg.policy.tokenized:
-            codec = ActionCodec(build_tokenizer(cfg.tokenizer.name, **tokenizer_kwargs(cfg.tokenizer)),
+            codec = ActionCodec(tokenizer_from_config(cfg.tokenizer),
                                 shape["chunk_size"], shape["action_dim"]).fit(chunks)
             ids, offsets = codec.encode(chunks)
             tensors["tokens"] = torch.from_numpy(ids)

@@ -21,11 +21,13 @@ Saved as ``normalizer.json`` in a directory (floats round-trip exactly).
 
 from __future__ import annotations
 
-import json
 import os
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
+
+from data.atomic import read_json, write_json
 
 FILENAME = "normalizer.json"
 
@@ -33,9 +35,9 @@ FILENAME = "normalizer.json"
 class ActionNormalizer:
     def __init__(
         self,
-        q01: Optional[Sequence[float]] = None,
-        q99: Optional[Sequence[float]] = None,
-        mask: Optional[Sequence[bool]] = None,
+        q01: Sequence[float] | None = None,
+        q99: Sequence[float] | None = None,
+        mask: Sequence[bool] | None = None,
         eps: float = 0.0,
     ) -> None:
         if (q01 is None) != (q99 is None):
@@ -48,7 +50,7 @@ class ActionNormalizer:
             self._check()
 
     # ------------------------------------------------------------------ stats
-    def fit(self, actions: np.ndarray) -> "ActionNormalizer":
+    def fit(self, actions: np.ndarray) -> ActionNormalizer:
         a = np.asarray(actions, dtype=np.float64)
         if a.ndim < 1 or a.size == 0:
             raise ValueError("fit needs a non-empty array of shape (..., D)")
@@ -112,20 +114,17 @@ class ActionNormalizer:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ActionNormalizer":
+    def from_dict(cls, d: dict) -> ActionNormalizer:
         return cls(q01=d["q01"], q99=d["q99"], mask=d.get("mask"), eps=d.get("eps", 0.0))
 
     def save(self, directory: str) -> str:
-        os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, FILENAME)
-        with open(path, "w") as f:
-            json.dump(self.to_dict(), f, indent=2)
+        write_json(Path(path), self.to_dict())
         return path
 
     @classmethod
-    def load(cls, directory: str) -> "ActionNormalizer":
-        with open(os.path.join(directory, FILENAME)) as f:
-            return cls.from_dict(json.load(f))
+    def load(cls, directory: str) -> ActionNormalizer:
+        return cls.from_dict(read_json(Path(directory) / FILENAME))
 
 
 __all__ = ["ActionNormalizer"]

@@ -1,18 +1,21 @@
-"""Rollouts of a trained policy in Meta-World: `python evaluate.py task=behavior run=RUN_DIR episodes_per_task=N`.
+"""Rollouts of a trained policy in Meta-World: `python evaluate.py benchmark=rollouts run=RUN_DIR`.
 
-Every task gets `envs_per_task` envs built with the evaluation benchmark seed
-(`env.eval_seed`, disjoint from the demonstrations' seeds, so the goal/object
-configurations are held out); episode j of a task starts from configuration j
-of that seed. All envs step in lockstep and the policy acts on the whole batch
-at once. An episode is a success if `info["success"]` is ever 1 within the
-horizon (it ends there); its length is the steps taken until then.
+`RolloutBenchmark` is what conf/benchmark/rollouts.yaml names; its settings are
+`benchmark.*` keys (`benchmark.episodes_per_task=20`, ...). Every task gets
+`envs_per_task` envs built with the evaluation benchmark seed (the run's
+`env.eval_seed` unless `benchmark.eval_seed` is set), disjoint from the
+demonstrations' seeds, so the goal/object configurations are held out; episode
+j of a task starts from configuration j of that seed. All envs step in lockstep
+and the policy acts on the whole batch at once. An episode is a success if
+`info["success"]` is ever 1 within the horizon (it ends there); its length is
+the steps taken until then.
 
-Action chunks are executed open loop (`execution=open_loop`: a new chunk every
-H steps) or with temporal ensembling (`execution=ensemble`: a chunk every
-step, each step's action the exponentially weighted mean, weights exp(-m·i)
-with i = 0 for the oldest prediction, as in ACT).
+Action chunks are executed open loop (`benchmark.execution=open_loop`: a new
+chunk every H steps) or with temporal ensembling (`benchmark.execution=ensemble`:
+a chunk every step, each step's action the exponentially weighted mean, weights
+exp(-m·i) with i = 0 for the oldest prediction, as in ACT).
 
-`videos=N` records the first N episodes of each task as GIFs in
+`benchmark.videos=N` records the first N episodes of each task as GIFs in
 `RUN_DIR/videos/` (MuJoCo rendering needs an OpenGL backend, see
 `behavior.metaworld.make_env`).
 """
@@ -29,8 +32,8 @@ from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from data.atomic import atomic_file
 from behavior.metaworld import HORIZON, make_env, select_config, task_names
+from data.atomic import atomic_file
 
 console = Console()
 
@@ -142,10 +145,19 @@ def save_gif(frames: list[np.ndarray], path: Path, fps: int = 40) -> None:
 
 
 class RolloutBenchmark:
-    """`benchmark=rollouts` (what `evaluate.py task=behavior` picks): roll out the run's policy in its env."""
+    """`benchmark=rollouts`: roll the run's policy out in its env (a `core.interfaces.Benchmark`).
 
-    def __init__(self, name: str = "rollouts", **_):
-        self.name = name
+    `tasks=None` rolls out the run's env tasks and `eval_seed=None` uses the run's `env.eval_seed`;
+    the evaluation config's top-level `threads` and `seed` set torch's threads and the sampling seed."""
+
+    def __init__(self, name: str = "rollouts", episodes_per_task: int = 20, envs_per_task: int = 2,
+                 execution: str = "open_loop", temperature: float = 0.0, videos: int = 0,
+                 tasks: str | list[str] | None = None, eval_seed: int | None = None):
+        if execution not in ("open_loop", "ensemble"):
+            raise ValueError(f"benchmark.execution must be open_loop or ensemble, not {execution!r}")
+        self.name, self.episodes_per_task, self.envs_per_task = name, int(episodes_per_task), int(envs_per_task)
+        self.execution, self.temperature, self.videos = execution, float(temperature), int(videos)
+        self.tasks, self.eval_seed = tasks, eval_seed
 
     def __call__(self, run_dir: Path, cfg) -> dict:
         from behavior.inference import load
@@ -156,13 +168,13 @@ class RolloutBenchmark:
         if run_cfg.task.get("name") != "behavior":
             raise ValueError(f"{run_dir} is a {run_cfg.task.get('name')!r} run; rollouts need a behavior run (task=behavior)")
         policy = load(run_dir)
-        tasks = task_names(cfg.get("tasks") or run_cfg.env.tasks)
+        tasks = task_names(self.tasks or run_cfg.env.tasks)
         start = time.perf_counter()
-        eval_seed = run_cfg.env.eval_seed if cfg.get("eval_seed") is None else cfg.eval_seed
-        metrics = rollout(policy, tasks, int(cfg.episodes_per_task), int(eval_seed),
-                          horizon=int(run_cfg.env.horizon), envs_per_task=int(cfg.envs_per_task),
-                          execution=str(cfg.execution), temperature=float(cfg.temperature), seed=int(cfg.seed),
-                          videos=int(cfg.get("videos", 0)), video_dir=Path(run_dir) / "videos")
+        eval_seed = run_cfg.env.eval_seed if self.eval_seed is None else self.eval_seed
+        metrics = rollout(policy, tasks, self.episodes_per_task, int(eval_seed),
+                          horizon=int(run_cfg.env.horizon), envs_per_task=self.envs_per_task,
+                          execution=self.execution, temperature=self.temperature, seed=int(cfg.get("seed", 0)),
+                          videos=self.videos, video_dir=Path(run_dir) / "videos")
         metrics["seconds"] = round(time.perf_counter() - start, 1)
         print_table(metrics)
         return metrics

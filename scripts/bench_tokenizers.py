@@ -1,10 +1,14 @@
 """Action tokenizers side by side on a LeRobotDataset: `python scripts/bench_tokenizers.py DATASET [--chunk 8]`.
 
-Actions are normalised with the dataset's q01/q99 (to [-1, 1]) and cut into
-chunks of `--chunk` consecutive actions within episodes. Each tokenizer is
-fitted on the chunks of 90% of the episodes and measured on the rest: tokens
-per chunk (mean, and max for FAST), reconstruction error in normalised units
-(mean and max absolute), and encode / decode throughput in chunks per second.
+Every tokenizer config in conf/tokenizer/ (or those named with `--only`), with
+its YAML's settings unless overridden (`--set kmeans.k=256`). Actions are
+normalised with the dataset's q01/q99 (to [-1, 1]) and cut into chunks of
+`--chunk` consecutive actions within episodes. Each tokenizer is fitted through
+`behavior.codec.ActionCodec` on the chunks of 90% of the episodes and measured
+on the rest: tokens per chunk (mean and max), reconstruction error in
+normalised units (mean and max absolute; cluster tokens without their offset),
+and encode / decode throughput in chunks per second. As for the policy, a FAST
+sequence longer than the longest seen in fitting is cut to that length.
 """
 
 from __future__ import annotations
@@ -16,19 +20,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
+import yaml
 
-from behavior.normalize import ActionNormalizer  # noqa: E402
-from behavior.tokenizers import build_tokenizer  # noqa: E402
-from data.lerobot import read_dataset  # noqa: E402
-
-TOKENIZERS = {
-    "openvla": {"vocab_size": 256},
-    "uniform": {"n_bins": 256},
-    "quantile": {"n_bins": 256, "decode_to": "median"},
-    "kmeans": {"k": 256},
-    "fast": {"scale": 10.0, "bpe_vocab_size": 1024},
-}
+from behavior.codec import IGNORE, ActionCodec
+from behavior.normalize import ActionNormalizer
+from behavior.tokenizers import build_tokenizer, config_names
+from data.lerobot import read_dataset
 
 
 def chunks_of(data, normalizer: ActionNormalizer, chunk: int, episodes: list[int]) -> np.ndarray:
@@ -48,11 +46,39 @@ def timed(fn, repeats: int = 3) -> float:
     return best
 
 
+def overrides_of(settings: list[str]) -> dict[str, dict]:
+    """`NAME.KEY=VALUE` strings -> {NAME: {KEY: VALUE}} (values parsed as YAML)."""
+    out: dict[str, dict] = {}
+    for item in settings:
+        key, _, value = item.partition("=")
+        name, _, arg = key.partition(".")
+        if not (name and arg and value):
+            raise SystemExit(f"--set {item!r}: expected NAME.KEY=VALUE, e.g. kmeans.k=256")
+        out.setdefault(name, {})[arg] = yaml.safe_load(value)
+    return out
+
+
+def measure(name: str, kwargs: dict, train: np.ndarray, test: np.ndarray) -> dict:
+    """Fit `name` through the codec on `train` chunks; token counts, error and throughput on `test` chunks."""
+    n, h, d = test.shape
+    codec = ActionCodec(build_tokenizer(name, **kwargs), h, d).fit(train)
+    ids, _ = codec.encode(test)
+    rows = [[int(i) for i in row if i != IGNORE] for row in ids]
+    decoded = codec.decode(rows, None)  # cluster tokens decode to their centres, without the predicted offset
+    lengths = [len(r) - (not codec.fixed_length) for r in rows]  # EOS not counted
+    err = np.abs(decoded - test)
+    return {"tokens": np.mean(lengths), "max_tokens": max(lengths), "mean_err": err.mean(), "max_err": err.max(),
+            "encode": n / timed(lambda: codec.encode(test)), "decode": n / timed(lambda: codec.decode(rows, None))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dataset")
     parser.add_argument("--chunk", type=int, default=8)
+    parser.add_argument("--only", nargs="+", default=None, help=f"tokenizer configs (default: all of {config_names()})")
+    parser.add_argument("--set", nargs="+", default=[], help="constructor overrides NAME.KEY=VALUE, e.g. kmeans.k=256")
     args = parser.parse_args()
+    overrides = overrides_of(args.set)
     data = read_dataset(args.dataset)
     stats = data.stats["action"]
     normalizer = ActionNormalizer(q01=stats["q01"], q99=stats["q99"])
@@ -63,30 +89,12 @@ def main() -> None:
     train, test = chunks_of(data, normalizer, args.chunk, ids[:split]), chunks_of(data, normalizer, args.chunk, ids[split:])
     n, h, d = test.shape
     print(f"{args.dataset}: {len(data.episodes)} episodes; chunks of {h} x {d}; fit on {len(train)}, measured on {n}")
-    print(f"{'tokenizer':10s} {'tokens/chunk':>13s} {'max tokens':>10s} {'mean err':>9s} {'max err':>8s} "
+    print(f"{'tokenizer':12s} {'tokens/chunk':>13s} {'max tokens':>10s} {'mean err':>9s} {'max err':>8s} "
           f"{'encode/s':>10s} {'decode/s':>10s}")
-    for name, kwargs in TOKENIZERS.items():
-        tok = build_tokenizer(name, **kwargs)
-        if name == "fast":
-            tok.fit(train)
-            codes = tok.encode(test)
-            lengths = [len(c) for c in codes]
-            decoded = tok.decode(codes)
-            encode_s, decode_s = timed(lambda: tok.encode(test)), timed(lambda: tok.decode(codes))
-        else:
-            tok.fit(train.reshape(-1, d))
-            if name == "kmeans":  # the token is the cluster; the policy predicts the residual offset separately
-                codes = tok.encode(test)
-                decoded = tok.decode(codes)
-                lengths = [h] * n
-            else:
-                codes = tok.encode(test)
-                decoded = tok.decode(codes)
-                lengths = [h * d] * n
-            encode_s, decode_s = timed(lambda: tok.encode(test)), timed(lambda: tok.decode(codes))
-        err = np.abs(np.asarray(decoded).reshape(test.shape) - test)
-        print(f"{name:10s} {np.mean(lengths):13.1f} {max(lengths):10d} {err.mean():9.4f} {err.max():8.4f} "
-              f"{n / encode_s:10.0f} {n / decode_s:10.0f}")
+    for name in args.only or config_names():
+        r = measure(name, overrides.get(name, {}), train, test)
+        print(f"{name:12s} {r['tokens']:13.1f} {r['max_tokens']:10d} {r['mean_err']:9.4f} {r['max_err']:8.4f} "
+              f"{r['encode']:10.0f} {r['decode']:10.0f}")
 
 
 if __name__ == "__main__":

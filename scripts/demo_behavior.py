@@ -2,7 +2,7 @@
 
 Equivalent to typing
     python train.py task=behavior                      # collects 50 expert demos per task on first use
-    python evaluate.py task=behavior run=runs/<name> episodes_per_task=20
+    python evaluate.py benchmark=rollouts run=runs/<name> benchmark.episodes_per_task=20
 and prints the success rates and the run directory. Running it again resumes
 (or reuses) the same run. Extra arguments are passed to train.py as overrides,
 e.g. `python scripts/demo_behavior.py policy=mlp_bc`.
@@ -19,7 +19,7 @@ from hydra import compose, initialize_config_dir
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.run import evaluate, run_dir_of, train  # noqa: E402
+from core.run import evaluate, run_dir_of, train
 
 
 def main(overrides: list[str]) -> None:
@@ -31,8 +31,9 @@ def main(overrides: list[str]) -> None:
         print(f"$ python train.py {' '.join(overrides)}")
         train(cfg)
         trained = time.time()
-        print(f"$ python evaluate.py task=behavior run={run_dir} episodes_per_task=20")
-        metrics = evaluate(compose(config_name="eval", overrides=[f"run={run_dir}", "benchmark=rollouts", "episodes_per_task=20"]))
+        evaluation = ["benchmark=rollouts", f"run={run_dir}", "benchmark.episodes_per_task=20"]
+        print(f"$ python evaluate.py {' '.join(evaluation)}")
+        metrics = evaluate(compose(config_name="eval", overrides=evaluation))
     print(
         f"\nMeta-World {cfg.env.name}: mean success {metrics['success_rate']:.1f}% over {metrics['episodes']} held-out "
         f"episodes (mean length {metrics['mean_episode_length']:.0f} steps)\nrun directory: {run_dir}\n"

@@ -39,11 +39,11 @@ lazily, so the other tokenizers work without them.
 from __future__ import annotations
 
 import os
-from typing import List, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from .base import CONFIG_FILE, ActionTokenizer, as_float, read_json, require_fitted, write_json
+from .base import SEQUENCE, ActionTokenizer, as_float, require_fitted
 
 CHAR_BASE = 0x4E00
 MAX_ALPHABET = 0x9FFF - 0x4E00 + 1
@@ -51,7 +51,7 @@ TOKENIZER_FILE = "tokenizer.json"
 
 
 class FASTTokenizer(ActionTokenizer):
-    name = "fast"
+    kind = SEQUENCE
 
     def __init__(
         self,
@@ -77,8 +77,14 @@ class FASTTokenizer(ActionTokenizer):
     # ----------------------------------------------------------- properties
     @property
     def vocab_size(self) -> int:
-        require_fitted(self.bpe is not None, self.name)
+        require_fitted(self.bpe is not None, self)
         return int(self.bpe.get_vocab_size())
+
+    def roundtrip_bound(self) -> float | None:
+        """Each coefficient is off by at most 0.5 / scale and an orthonormal inverse DCT sums T of them with
+        weights <= sqrt(2 / T): |error| <= 0.5 / scale * sqrt(2 T), for chunks whose coefficients are not clipped."""
+        require_fitted(self.bpe is not None, self)
+        return 0.5 / self.scale * float(np.sqrt(2 * self.time_horizon))
 
     # ------------------------------------------------------------- helpers
     def _coeffs(self, chunks: np.ndarray) -> np.ndarray:
@@ -103,7 +109,7 @@ class FASTTokenizer(ActionTokenizer):
             )
 
     # ----------------------------------------------------------------- fit
-    def fit(self, actions) -> "FASTTokenizer":
+    def fit(self, actions) -> FASTTokenizer:
         from tokenizers import Tokenizer
         from tokenizers.models import BPE
         from tokenizers.trainers import BpeTrainer
@@ -139,7 +145,7 @@ class FASTTokenizer(ActionTokenizer):
 
     # -------------------------------------------------------------- encode
     def encode(self, actions):
-        require_fitted(self.bpe is not None, self.name)
+        require_fitted(self.bpe is not None, self)
         x = as_float(actions)
         self._check_chunk(x)
         if x.ndim == 3:
@@ -149,7 +155,7 @@ class FASTTokenizer(ActionTokenizer):
 
     # -------------------------------------------------------------- decode
     def decode(self, ids):
-        require_fitted(self.bpe is not None, self.name)
+        require_fitted(self.bpe is not None, self)
         if isinstance(ids, np.ndarray) and ids.ndim == 2:
             return np.stack([self._decode_one(r) for r in ids])
         if isinstance(ids, (list, tuple)) and ids and not np.isscalar(ids[0]):
@@ -162,7 +168,7 @@ class FASTTokenizer(ActionTokenizer):
         T, D = self.time_horizon, self.action_dim
         n = T * D
         bad = False
-        chars: List[str] = []
+        chars: list[str] = []
         for i in np.asarray(ids, dtype=np.int64).reshape(-1).tolist():
             tok = self.bpe.id_to_token(i) if i >= 0 else None
             if tok is None:
@@ -191,19 +197,11 @@ class FASTTokenizer(ActionTokenizer):
         }
 
     def save(self, directory: str) -> None:
-        require_fitted(self.bpe is not None, self.name)
-        os.makedirs(directory, exist_ok=True)
-        write_json(os.path.join(directory, CONFIG_FILE), {"name": self.name, **self.get_config()})
+        require_fitted(self.bpe is not None, self)
+        super().save(directory)
         self.bpe.save(os.path.join(directory, TOKENIZER_FILE))
 
-    @classmethod
-    def load(cls, directory: str) -> "FASTTokenizer":
+    def restore_files(self, directory: str) -> None:
         from tokenizers import Tokenizer
 
-        cfg = read_json(os.path.join(directory, CONFIG_FILE))
-        name = cfg.pop("name", cls.name)
-        if name != cls.name:
-            raise ValueError(f"{directory} holds a {name!r} tokenizer, not {cls.name!r}")
-        tok = cls(**cfg)
-        tok.bpe = Tokenizer.from_file(os.path.join(directory, TOKENIZER_FILE))
-        return tok
+        self.bpe = Tokenizer.from_file(os.path.join(directory, TOKENIZER_FILE))

@@ -12,14 +12,15 @@ encode_with_offsets: -> (ids (...,), offsets (..., D)) with offsets = x - centre
 decode(ids, offsets=None): centres[ids] (+ offsets). With the offsets from
 encode_with_offsets the reconstruction equals x up to one float rounding
 ((x - c) + c). Ids are not clipped: an out-of-range id raises IndexError.
-``vocab_size == k``. NaN inputs raise ValueError.
+``vocab_size == k``. NaN inputs raise ValueError. ``kind`` is CLUSTER: the codec
+adds the offsets, which the policy predicts with a head of its own.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .base import ActionTokenizer, as_float, require_fitted
+from .base import CLUSTER, ActionTokenizer, as_float, require_fitted
 
 
 def _sqdist(x: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -27,7 +28,8 @@ def _sqdist(x: np.ndarray, c: np.ndarray) -> np.ndarray:
     return ((x[:, None, :] - c[None, :, :]) ** 2).sum(-1)
 
 
-def _nearest(x: np.ndarray, c: np.ndarray, block: int = 4096) -> np.ndarray:
+def nearest_centre(x: np.ndarray, c: np.ndarray, block: int = 4096) -> np.ndarray:
+    """Index of the nearest row of `c` for every row of `x` (N,), in blocks of `block` rows to bound memory."""
     out = np.empty(x.shape[0], dtype=np.int64)
     for s in range(0, x.shape[0], block):
         out[s:s + block] = _sqdist(x[s:s + block], c).argmin(1)
@@ -35,6 +37,7 @@ def _nearest(x: np.ndarray, c: np.ndarray, block: int = 4096) -> np.ndarray:
 
 
 def kmeans(x: np.ndarray, k: int, seed: int = 0, n_iter: int = 100) -> np.ndarray:
+    """Deterministic k-means of the rows of `x` (N, D) -> centres (k, D) (algorithm: module docstring)."""
     n = x.shape[0]
     if n < k:
         raise ValueError(f"k-means needs at least k={k} samples, got {n}")
@@ -50,7 +53,7 @@ def kmeans(x: np.ndarray, k: int, seed: int = 0, n_iter: int = 100) -> np.ndarra
         d2 = np.minimum(d2, _sqdist(x, centres[j:j + 1])[:, 0])
     assign = None
     for _ in range(n_iter):
-        new = _nearest(x, centres)
+        new = nearest_centre(x, centres)
         if assign is not None and np.array_equal(new, assign):
             break
         assign = new
@@ -67,7 +70,7 @@ def kmeans(x: np.ndarray, k: int, seed: int = 0, n_iter: int = 100) -> np.ndarra
 
 
 class KMeansTokenizer(ActionTokenizer):
-    name = "kmeans"
+    kind = CLUSTER
 
     def __init__(self, k: int = 64, seed: int = 0, n_iter: int = 100) -> None:
         self.k, self.seed, self.n_iter = int(k), int(seed), int(n_iter)
@@ -77,13 +80,13 @@ class KMeansTokenizer(ActionTokenizer):
     def vocab_size(self) -> int:
         return self.k
 
-    def fit(self, actions) -> "KMeansTokenizer":
+    def fit(self, actions) -> KMeansTokenizer:
         a = as_float(actions)
         self.centers = kmeans(a.reshape(-1, a.shape[-1]), self.k, self.seed, self.n_iter)
         return self
 
     def _flat(self, actions):
-        require_fitted(self.centers is not None, self.name)
+        require_fitted(self.centers is not None, self)
         x = as_float(actions)
         if x.shape[-1] != self.centers.shape[1]:
             raise ValueError(f"last dim {x.shape[-1]} != fitted dim {self.centers.shape[1]}")
@@ -91,16 +94,16 @@ class KMeansTokenizer(ActionTokenizer):
 
     def encode(self, actions) -> np.ndarray:
         x, flat = self._flat(actions)
-        return _nearest(flat, self.centers).reshape(x.shape[:-1])
+        return nearest_centre(flat, self.centers).reshape(x.shape[:-1])
 
     def encode_with_offsets(self, actions):
         x, flat = self._flat(actions)
-        ids = _nearest(flat, self.centers)
+        ids = nearest_centre(flat, self.centers)
         offsets = flat - self.centers[ids]
         return ids.reshape(x.shape[:-1]), offsets.reshape(x.shape)
 
     def decode(self, ids, offsets=None) -> np.ndarray:
-        require_fitted(self.centers is not None, self.name)
+        require_fitted(self.centers is not None, self)
         ids = np.asarray(ids, dtype=np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= self.k):
             raise IndexError(f"cluster ids must lie in 0..{self.k - 1}")
@@ -113,7 +116,7 @@ class KMeansTokenizer(ActionTokenizer):
         return {"k": self.k, "seed": self.seed, "n_iter": self.n_iter}
 
     def get_arrays(self):
-        require_fitted(self.centers is not None, self.name)
+        require_fitted(self.centers is not None, self)
         return {"centers": self.centers}
 
     def set_arrays(self, arrays) -> None:

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import ActionTokenizer
+from .base import PER_VECTOR, ActionTokenizer
 
 
 class OpenVLATokenizer(ActionTokenizer):
-    name = "openvla"
+    kind = PER_VECTOR
 
     def __init__(self, vocab_size: int = 256, n_bins: int = 256) -> None:
         if n_bins < 2:
@@ -53,7 +53,11 @@ class OpenVLATokenizer(ActionTokenizer):
     def min_token_id(self) -> int:
         return self._vocab_size - self.n_bins
 
-    def fit(self, actions=None) -> "OpenVLATokenizer":
+    def roundtrip_bound(self) -> float:
+        """Half a bin width, 1 / (n_bins - 1), on [-1, 1]."""
+        return 1.0 / (self.n_bins - 1)
+
+    def fit(self, actions=None) -> OpenVLATokenizer:
         return self
 
     def encode(self, actions) -> np.ndarray:

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import ActionTokenizer, as_float, require_fitted
+from .base import PER_VECTOR, ActionTokenizer, as_float, require_fitted
 
 
 class QuantileTokenizer(ActionTokenizer):
-    name = "quantile"
+    kind = PER_VECTOR
 
     def __init__(self, n_bins: int = 256, decode_to: str = "midpoint") -> None:
         if n_bins < 1:
@@ -43,10 +43,16 @@ class QuantileTokenizer(ActionTokenizer):
 
     @property
     def midpoints(self) -> np.ndarray:
-        require_fitted(self.edges is not None, self.name)
+        require_fitted(self.edges is not None, self)
         return (self.edges[:, :-1] + self.edges[:, 1:]) / 2.0
 
-    def fit(self, actions) -> "QuantileTokenizer":
+    def roundtrip_bound(self) -> float:
+        """Inside the fitted range: half the widest bin (midpoint decoding), the widest bin (median decoding)."""
+        require_fitted(self.edges is not None, self)
+        widest = float(np.diff(self.edges, axis=1).max())
+        return widest / 2.0 if self.decode_to == "midpoint" else widest
+
+    def fit(self, actions) -> QuantileTokenizer:
         a = as_float(actions)
         a = a.reshape(-1, a.shape[-1])
         qs = np.linspace(0.0, 1.0, self.n_bins + 1)
@@ -74,11 +80,11 @@ class QuantileTokenizer(ActionTokenizer):
         return out
 
     def encode(self, actions) -> np.ndarray:
-        require_fitted(self.edges is not None, self.name)
+        require_fitted(self.edges is not None, self)
         return self._bin(as_float(actions))
 
     def decode(self, ids) -> np.ndarray:
-        require_fitted(self.edges is not None, self.name)
+        require_fitted(self.edges is not None, self)
         ids = np.clip(np.asarray(ids, dtype=np.int64), 0, self.n_bins - 1)
         table = self.midpoints if self.decode_to == "midpoint" else self.medians
         D = table.shape[0]
@@ -90,7 +96,7 @@ class QuantileTokenizer(ActionTokenizer):
         return {"n_bins": self.n_bins, "decode_to": self.decode_to}
 
     def get_arrays(self):
-        require_fitted(self.edges is not None, self.name)
+        require_fitted(self.edges is not None, self)
         return {"edges": self.edges, "medians": self.medians}
 
     def set_arrays(self, arrays) -> None:

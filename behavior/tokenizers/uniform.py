@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import ActionTokenizer, as_float
+from .base import PER_VECTOR, ActionTokenizer, as_float
 
 
 class UniformTokenizer(ActionTokenizer):
-    name = "uniform"
+    kind = PER_VECTOR
 
     def __init__(self, n_bins: int = 256, low: float = -1.0, high: float = 1.0) -> None:
         if n_bins < 1 or not high > low:
@@ -33,7 +33,11 @@ class UniformTokenizer(ActionTokenizer):
     def bin_width(self) -> float:
         return (self.high - self.low) / self.n_bins
 
-    def fit(self, actions=None) -> "UniformTokenizer":
+    def roundtrip_bound(self) -> float:
+        """Half a bin width on [low, high]."""
+        return self.bin_width / 2.0
+
+    def fit(self, actions=None) -> UniformTokenizer:
         return self
 
     def encode(self, actions) -> np.ndarray:

@@ -1,5 +1,6 @@
 """The behavior task end to end on real Meta-World demonstrations: collection, a few training steps per
-tokenizer (and the MLP baseline), loading the run back, KV-cache generation, and rollouts."""
+tokenizer config (every conf/tokenizer/*.yaml) and the MLP baseline, loading the run back, KV-cache
+generation, and rollouts."""
 
 from __future__ import annotations
 
@@ -11,10 +12,14 @@ import torch
 
 from behavior.codec import ActionCodec
 from behavior.inference import load
-from behavior.lightning import tokenizer_kwargs
 from behavior.metaworld import make_env, run_expert
 from behavior.policy import GPTPolicy
-from behavior.tokenizers import build_tokenizer
+from behavior.tokenizers import (
+    build_tokenizer,
+    config_names,
+    tokenizer_config,
+    tokenizer_from_config,
+)
 from core.run import evaluate, train
 from data.lerobot import read_dataset
 from tests.conftest import compose_cfg
@@ -37,17 +42,15 @@ def test_collected_demonstrations_are_successful_clipped_and_reproducible(reach_
         assert stat in data.stats["action"]
 
 
-@pytest.mark.parametrize("tokenizer", ["openvla", "uniform", "quantile", "kmeans", "fast"])
+@pytest.mark.parametrize("tokenizer", config_names())
 def test_a_tiny_policy_trains_per_tokenizer_and_loads_back(behavior_cfg, tokenizer):
-    chunk = 4 if tokenizer == "fast" else 1
+    chunk = 2  # every tokenizer with a chunk of two actions
     cfg = behavior_cfg(f"tokenizer={tokenizer}", f"tokenizer.chunk_size={chunk}", "stage.phases.bc.max_steps=4",
                        "stage.phases.bc.global_batch_size=16", f"run.name={tokenizer}")
-    if tokenizer == "kmeans":
-        cfg.tokenizer.k = 8
     results = train(cfg)
     assert np.isfinite(results["bc/train_loss"])
     policy = load(results["run_dir"])
-    assert isinstance(policy, GPTPolicy) and policy.codec.tokenizer.name == tokenizer
+    assert isinstance(policy, GPTPolicy) and type(policy.codec.tokenizer).target() == cfg.tokenizer._target_
     states = torch.randn(3, 1, 39)
     actions = policy.act(states, torch.zeros(3, dtype=torch.long))
     assert actions.shape == (3, chunk, 4) and np.isfinite(actions).all()
@@ -69,7 +72,8 @@ def _policy(tokenizer: str, chunk: int, **kw) -> GPTPolicy:
     return GPTPolicy(codec, state_dim=39, num_tasks=3, d_model=32, n_layers=2, n_heads=2).eval()
 
 
-@pytest.mark.parametrize("tokenizer,chunk,kw", [("uniform", 2, {}), ("fast", 4, {"bpe_vocab_size": 64}), ("kmeans", 2, {"k": 8})])
+@pytest.mark.parametrize("tokenizer,chunk,kw", [("uniform", 2, {}), ("fast", 4, {"bpe_vocab_size": 64}), ("kmeans", 2, {"k": 8}),
+                                                 ("residual_vq", 2, {"n_levels": 3, "codebook_size": 8})])
 def test_kv_cache_generation_equals_full_recompute(tokenizer, chunk, kw):
     policy = _policy(tokenizer, chunk, **kw)
     states, task = torch.randn(4, 1, 39), torch.tensor([0, 1, 2, 0])
@@ -106,7 +110,8 @@ def test_short_rollout_on_a_real_task_writes_success_rate_and_per_task(behavior_
     cfg = behavior_cfg("stage.phases.bc.max_steps=2", "stage.phases.bc.global_batch_size=16", "run.name=roll",
                        "env.horizon=15")
     run_dir = train(cfg)["run_dir"]
-    ecfg = compose_cfg("benchmark=rollouts", f"run={run_dir}", "episodes_per_task=2", "envs_per_task=2", config="eval")
+    ecfg = compose_cfg("benchmark=rollouts", f"run={run_dir}", "benchmark.episodes_per_task=2",
+                       "benchmark.envs_per_task=2", config="eval")
     metrics = evaluate(ecfg)
     assert set(metrics["per_task"]) == {"reach-v3"}
     assert 0.0 <= metrics["success_rate"] <= 100.0 and metrics["episodes"] == 2
@@ -114,6 +119,22 @@ def test_short_rollout_on_a_real_task_writes_success_rate_and_per_task(behavior_
     saved = json.loads((run_dir_path := __import__("pathlib").Path(run_dir)).joinpath("results.json").read_text())
     assert saved["success_rate"] == metrics["success_rate"] and saved["per_task"] == metrics["per_task"]
     assert run_dir_path.name == "roll"
+
+
+def test_rollout_settings_are_benchmark_keys_and_it_is_a_benchmark():
+    from hydra.utils import instantiate
+
+    from core.interfaces import Benchmark
+
+    cfg = compose_cfg("benchmark=rollouts", "run=x", "benchmark.episodes_per_task=3", "benchmark.execution=ensemble",
+                      "benchmark.tasks=[reach-v3]", config="eval")
+    assert "episodes_per_task" not in cfg and "eval_seed" not in cfg  # not top-level eval keys
+    bench = instantiate(cfg.benchmark, _recursive_=False)
+    assert isinstance(bench, Benchmark) and bench.name == "rollouts"
+    assert (bench.episodes_per_task, bench.envs_per_task, bench.execution, list(bench.tasks), bench.eval_seed) == (
+        3, 2, "ensemble", ["reach-v3"], None)
+    with pytest.raises(ValueError, match="open_loop or ensemble"):
+        type(bench)(execution="closed")
 
 
 @pytest.mark.parametrize("group", ["tokenizer", "policy", "env"])
@@ -128,15 +149,18 @@ def test_every_behavior_option_composes_and_names_the_run(group):
         OmegaConf.resolve(cfg)
         assert cfg[group].name == option
         assert run_name(cfg).startswith("behavior-")
-        if group == "tokenizer":  # every tokenizer config builds through the registry
-            build_tokenizer(cfg.tokenizer.name, **tokenizer_kwargs(cfg.tokenizer))
+        if group == "tokenizer":  # the composed node builds the same tokenizer as its name
+            tok = tokenizer_from_config(cfg.tokenizer)
+            assert tok.get_config() == build_tokenizer(option).get_config()
+            assert type(tok).target() == tokenizer_config(option)["_target_"]
 
 
 def test_rollout_records_requested_videos(behavior_cfg, monkeypatch, tmp_path):
     """Rendering needs an OpenGL backend this machine lacks: frames come from a stand-in `render`, the
     rest (which episodes are recorded, the GIF written) is the real code."""
-    import behavior.rollout as rollout_mod
     from PIL import Image
+
+    import behavior.rollout as rollout_mod
 
     run_dir = train(behavior_cfg("stage.phases.bc.max_steps=1", "stage.phases.bc.global_batch_size=16", "run.name=vid"))["run_dir"]
     monkeypatch.setattr(rollout_mod, "make_env", lambda task, seed, render=False: make_env(task, seed))
