@@ -211,6 +211,7 @@ def train(cfg: DictConfig) -> dict:
 
 
 def _is_current(ckpt: Path, step: int, phase: str) -> bool:
+    """Whether `ckpt` is readable and was saved at `step` of `phase` (then the end of the phase needs no new save)."""
     try:
         info = peek(ckpt)
     except Exception:  # missing or unreadable
@@ -234,6 +235,7 @@ def evaluate(cfg: DictConfig) -> dict:
 
 
 def print_report(metrics: dict, title: str) -> None:
+    """The flat metrics as a two-column table on the console."""
     table = Table(title=title)
     table.add_column("metric")
     table.add_column("value", justify="right")
