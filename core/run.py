@@ -41,6 +41,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 from safetensors.torch import load_model
+from typing_extensions import get_protocol_members
 
 from data.atomic import read_json, write_json
 from core.checkpoint import peek, remove_stray_tmp, resume_checkpoint, save_weights_atomic
@@ -74,8 +75,7 @@ def build_task(cfg: DictConfig) -> Task:
     """The task object `cfg.task._target_` names; a clear error if it is not a `core.interfaces.Task`."""
     task = instantiate(cfg.task, _recursive_=False)
     if not isinstance(task, Task):
-        members = ["name", "build_model", "build_datamodule", "build_module", "init_from"]
-        missing = [m for m in members if not hasattr(task, m)]
+        missing = sorted(m for m in get_protocol_members(Task) if not hasattr(task, m))
         raise TypeError(f"task._target_={cfg.task._target_} built a {type(task).__name__}, which is not a "
                         f"core.interfaces.Task: it lacks {missing}; give the class those members")
     return task
