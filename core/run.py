@@ -4,16 +4,20 @@ A run lives in `<run.root>/<run.name>/`: `config.yaml` (the resolved config),
 `checkpoints/last.ckpt`, `metrics.csv`, `model.safetensors` (the weights after
 the latest finished phase), `progress.json` (finished phases) and
 `results.json` (`train`: final training figures and data counts; top level:
-the latest evaluation's metrics; `benchmarks`: every evaluation by name). `run.name` defaults to a name made of the main config choices
-plus a hash of the whole resolved config, so the same command finds its own
-directory again and resumes from `last.ckpt`, while a different command never
-reuses another run's directory.
+the latest evaluation's metrics; `benchmarks`: every evaluation by name).
+`run.name` defaults to a name made of the main config choices
+(`run.name_parts`, set by the task's training config) plus a hash of the whole
+resolved config, so the same command finds its own directory again and resumes
+from `last.ckpt`, while a different command never reuses another run's
+directory. Hashing only resolves the config: it writes nothing.
 
 A recipe (`cfg.stage.phases`) is a list of phases trained one after another,
 each with its own trainable parts, optimiser settings and batch size; a phase
 starts from the weights the previous one ended with. The core knows nothing of
-images or actions: `cfg.task` names a task object (Hydra `_target_`) that
-builds the model, the data module and the LightningModule of a phase.
+images or actions: `cfg.task` names a task object (Hydra `_target_`, a
+`core.interfaces.Task`) that builds the model, the data module and the
+LightningModule of a phase, each from what it is given (the run directory
+included).
 
 Several processes (DDP / FSDP, launched by Lightning, srun or torchrun) all run
 `train`; only rank 0 writes the run's files, every rank takes part in
@@ -37,9 +41,11 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 from safetensors.torch import load_model
+from typing_extensions import get_protocol_members
 
 from data.atomic import read_json, write_json
 from core.checkpoint import peek, remove_stray_tmp, resume_checkpoint, save_weights_atomic
+from core.interfaces import Task
 from core.loggers import RunCSVLogger, log_artifacts, mlflow_logger, optional_loggers
 from core.trainer import build_trainer, world_size
 
@@ -49,20 +55,34 @@ warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
 
 
 def run_name(cfg: DictConfig) -> str:
+    """`run.name` if set, else `run.name_parts` joined by '-' with the first 8 hex digits of the SHA-1 of the
+    resolved config (`run.name` left out)."""
     if cfg.run.get("name"):
         return str(cfg.run.name)
     body = OmegaConf.to_container(cfg, resolve=True)
     body["run"].pop("name", None)
     digest = hashlib.sha1(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:8]
-    parts = [str(p) for p in cfg.task.get("run_name_parts", [])]
+    parts = [str(p) for p in cfg.run.get("name_parts") or []]
     return "-".join([*parts, digest])
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
+    """`<run.root>/<run name>`: where the run of this config keeps its files."""
     return Path(cfg.run.root) / run_name(cfg)
 
 
+def build_task(cfg: DictConfig) -> Task:
+    """The task object `cfg.task._target_` names; a clear error if it is not a `core.interfaces.Task`."""
+    task = instantiate(cfg.task, _recursive_=False)
+    if not isinstance(task, Task):
+        missing = sorted(m for m in get_protocol_members(Task) if not hasattr(task, m))
+        raise TypeError(f"task._target_={cfg.task._target_} built a {type(task).__name__}, which is not a "
+                        f"core.interfaces.Task: it lacks {missing}; give the class those members")
+    return task
+
+
 def update_results(run_dir: Path, new: dict) -> dict:
+    """Merge `new` into `run_dir/results.json` (top-level keys replaced) and return the merged results."""
     path = run_dir / "results.json"
     results = read_json(path, default={})
     results.update(new)
@@ -118,6 +138,7 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 def train(cfg: DictConfig) -> dict:
     """Train every phase of the recipe (resuming where a previous run of the same command stopped)."""
+    task = build_task(cfg)
     if cfg.trainer.get("threads"):
         torch.set_num_threads(int(cfg.trainer.threads))
     name = run_name(cfg)
@@ -133,15 +154,14 @@ def train(cfg: DictConfig) -> dict:
     weights = run_dir / "model.safetensors"
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    task = instantiate(cfg.task, _recursive_=False)
-    model = task.build_model(cfg)
+    model = task.build_model(cfg, run_dir)
     if cfg.trainer.get("fp8", False):
         from core.fp8 import apply_fp8
 
         console.print(f"fp8: {len(apply_fp8(model, int(cfg.trainer.get('fp8_min_features', 1024))))} linear layers converted")
     if cfg.get("init_from") and not progress["completed"] and not last_ckpt.exists():
         # start from another run's weights, or from a checkpoint the task itself recognises (VLM: an HF Llava folder)
-        if not (hasattr(task, "init_from") and task.init_from(model, cfg.init_from)):
+        if not task.init_from(model, Path(cfg.init_from)):
             load_model(model, str(Path(cfg.init_from) / "model.safetensors"))
     results: dict = {"run_dir": str(run_dir)}
     step_offset = 0
@@ -157,7 +177,7 @@ def train(cfg: DictConfig) -> dict:
             load_model(model, str(weights))  # the previous phase's final weights
         world = world_size(cfg.trainer)
         micro, accumulate = micro_batch(cfg, phase, world)
-        datamodule = task.build_datamodule(cfg, phase, model, micro_batch_size=micro, seed=cfg.seed + index)
+        datamodule = task.build_datamodule(cfg, phase, model, run_dir, micro_batch_size=micro, seed=cfg.seed + index)
         datamodule.setup("fit")
         steps = phase_steps(cfg, phase, datamodule.num_samples)
         module = task.build_module(cfg, phase, model, total_steps=steps)
@@ -191,6 +211,7 @@ def train(cfg: DictConfig) -> dict:
 
 
 def _is_current(ckpt: Path, step: int, phase: str) -> bool:
+    """Whether `ckpt` is readable and was saved at `step` of `phase` (then the end of the phase needs no new save)."""
     try:
         info = peek(ckpt)
     except Exception:  # missing or unreadable
@@ -214,6 +235,7 @@ def evaluate(cfg: DictConfig) -> dict:
 
 
 def print_report(metrics: dict, title: str) -> None:
+    """The flat metrics as a two-column table on the console."""
     table = Table(title=title)
     table.add_column("metric")
     table.add_column("value", justify="right")

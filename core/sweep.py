@@ -16,6 +16,8 @@ from omegaconf import DictConfig
 
 
 class SweepSummary(Callback):
+    """Collects each job's overrides and returned metrics; writes and prints the table when the sweep ends."""
+
     def __init__(self) -> None:
         self.rows: list[tuple[str, dict]] = []
 
@@ -37,6 +39,7 @@ class SweepSummary(Callback):
 
 
 def summary_markdown(rows: list[tuple[str, dict]]) -> str:
+    """A markdown table: one row per job (its overrides), one column per metric any job returned."""
     keys: list[str] = []
     for _, metrics in rows:
         keys += [k for k in metrics if k not in keys]

@@ -1,18 +1,31 @@
 """End-to-end runs on the tiny flavours: training lowers the loss, evaluation writes results.json,
-bad data is counted at the end of the run, sweeps get one directory each and a summary table."""
+bad data is counted at the end of the run, sweeps get one directory each and a summary table, the
+task choice selects what a run trains with and is evaluated on, and the entry points' user errors.
+
+The entry points (train.py, evaluate.py) run in this process through `run_script` (their `__main__`
+block, Hydra's command-line parsing and launcher included); only the test whose behaviour is set at
+interpreter start (the hub's address) starts a new process.
+"""
 
 import csv
 import json
+import logging
 import os
+import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from omegaconf import OmegaConf
 from PIL import Image
 
-from core.run import evaluate, run_dir_of, train
+from behavior.lightning import BehaviorTask
+from core.interfaces import Task
+from core.run import run_dir_of, run_name, train
 from tests.conftest import BASE, ROOT, SCRATCH_SMALL, SMALL, compose_cfg
+from vlm.lightning import VLMTask
 
 
 def losses(run_dir: Path) -> dict[int, float]:
@@ -20,7 +33,27 @@ def losses(run_dir: Path) -> dict[int, float]:
         return {int(r["step"]): float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")}
 
 
-def test_twenty_steps_lower_the_loss_and_evaluation_writes_results(small_cfg, tmp_path):
+@pytest.fixture
+def run_script(monkeypatch):
+    """run_script("train.py", *args) -> exit status: the script as `python SCRIPT ARGS` runs it, in this process.
+    The logging set-up Hydra installs is undone afterwards."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+
+    def run(script: str, *args: str) -> int:
+        monkeypatch.setattr(sys, "argv", [script, *args])
+        monkeypatch.chdir(ROOT)
+        try:
+            runpy.run_path(str(ROOT / script), run_name="__main__")
+        except SystemExit as end:
+            return end.code if isinstance(end.code, int) else 1
+        return 0
+
+    yield run
+    root.handlers[:], root.level = handlers, level
+
+
+def test_twenty_steps_lower_the_loss_and_evaluation_writes_results(small_cfg, tmp_path, run_script):
     cfg = small_cfg("trainer.max_steps=20", "trainer.checkpoint_every=10", "run.name=twenty")
     results = train(cfg)
     run_dir = tmp_path / "runs" / "twenty"
@@ -32,23 +65,23 @@ def test_twenty_steps_lower_the_loss_and_evaluation_writes_results(small_cfg, tm
     assert last < first - 1.0, (first, last)
     assert results["scratch/train_loss"] == curve[19]
 
-    eval_cfg = compose_cfg(f"run={run_dir}", "limit=12", config="eval")
-    metrics = evaluate(eval_cfg)
+    assert run_script("evaluate.py", f"run={run_dir}", "limit=12") == 0  # the default benchmark of task=vlm
     saved = json.loads((run_dir / "results.json").read_text())
+    assert saved["benchmark"] == "sort_of_clevr" and saved["n"] == 12
     for key in ("accuracy", "accuracy_relational", "accuracy_non_relational"):
-        assert 0.0 <= saved[key] <= 100.0 and saved[key] == metrics[key]
-    assert saved["n"] == 12
+        assert 0.0 <= saved[key] <= 100.0 and saved[key] == saved["benchmarks"]["sort_of_clevr"][key]
+    assert saved["train"]["scratch/train_loss"] == curve[19]  # evaluation keeps the training figures
     predictions = json.loads((run_dir / "predictions" / "sort_of_clevr.json").read_text())
     assert len(predictions) == 12 and all(isinstance(p["answer"], str) for p in predictions)
 
 
-def test_bad_records_are_skipped_and_counted_at_the_end_of_the_run(small_cfg, tmp_path, capsys):
+def test_bad_records_are_skipped_and_counted_at_the_end_of_the_run(tmp_path, capsys):
     Image.new("RGB", (32, 32), (255, 0, 0)).save(tmp_path / "red.png")
     good = {"id": "g", "image": "red.png", "conversations": [{"from": "human", "value": "<image>\nColour?"}, {"from": "gpt", "value": "red"}]}
     records = [good, {**good, "id": "bad1", "image": "missing.png"}, {**good, "id": "bad2", "conversations": []}, good]
     (tmp_path / "d.json").write_text(json.dumps(records))
     cfg = compose_cfg(*BASE, f"run.root={tmp_path / 'runs'}", "data=llava", f"data.json={tmp_path / 'd.json'}", f"data.image_root={tmp_path}", "data.skip_bad=true",
-                    "data.num_workers=0", "stage=single_stage", "stage.phases.finetune.global_batch_size=2", "trainer.max_steps=2")
+                      "data.num_workers=0", "stage=single_stage", "stage.phases.finetune.global_batch_size=2", "trainer.max_steps=2")
     results = train(cfg)
     assert results["finetune/skipped/missing image"] == 1
     assert results["finetune/skipped/has an empty or missing 'conversations' list"] == 1
@@ -69,28 +102,70 @@ def test_run_name_is_stable_and_differs_between_commands():
     a1, a2 = compose_cfg(*SMALL), compose_cfg(*SMALL)
     b = compose_cfg(*SMALL, "projector=linear")
     assert run_dir_of(a1) == run_dir_of(a2) != run_dir_of(b)
-    assert run_dir_of(a1).name.startswith("tiny_siglip-tiny_llama-mlp-scratch-")
+    assert re.fullmatch(r"tiny_siglip-tiny_llama-mlp-scratch-[0-9a-f]{8}", run_dir_of(a1).name)
+    assert re.fullmatch(r"behavior-metaworld_reach-mlp_bc-fast-[0-9a-f]{8}",
+                        run_name(compose_cfg("task=behavior", "env=metaworld_reach", "policy=mlp_bc", "tokenizer=fast")))
+    assert run_name(compose_cfg(*SMALL, "run.name=mine")) == "mine"
 
 
-def test_multirun_gets_one_directory_per_job_and_a_summary(tmp_path):
-    cmd = [sys.executable, "train.py", "-m", *SMALL, *SCRATCH_SMALL, f"run.root={tmp_path}", "trainer.max_steps=1", "projector=linear,mlp",
-           f"hydra.sweep.dir={tmp_path / 'sweep'}"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+@pytest.mark.parametrize("task", [
+    pytest.param("vlm", marks=pytest.mark.skipif(OmegaConf.has_resolver("tiny"), reason="${tiny:NAME} writes a checkpoint when resolved")),
+    "behavior",
+])
+def test_naming_a_run_writes_nothing(task, tmp_path, monkeypatch):
+    """run_name resolves the whole config to hash it: no resolver may write (a cache, a dataset, a checkpoint)."""
+    monkeypatch.setenv("REFRACT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    name = run_name(compose_cfg(f"task={task}", f"run.root={tmp_path / 'runs'}"))
+    assert name.startswith("behavior-" if task == "behavior" else "tiny_siglip-")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_both_tasks_conform_to_the_task_contract():
+    assert isinstance(VLMTask(), Task) and isinstance(BehaviorTask(), Task)
+    assert VLMTask().name == "vlm" and BehaviorTask().name == "behavior"
+
+
+def test_a_task_target_that_is_not_a_task_fails_before_the_run_starts(small_cfg, tmp_path):
+    cfg = small_cfg("task._target_=collections.OrderedDict")
+    with pytest.raises(TypeError, match=r"task\._target_=collections\.OrderedDict .*not a core\.interfaces\.Task.*'build_model'"):
+        train(cfg)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_task_choice_selects_what_a_run_trains_with_and_is_evaluated_on():
+    vlm, behavior = compose_cfg(), compose_cfg("task=behavior")
+    assert "encoder" in vlm and "lora" in vlm and "tokenizer" not in vlm
+    assert "tokenizer" in behavior and "encoder" not in behavior and list(behavior.stage.phases) == ["bc"]
+    assert behavior.trainer.threads == 1 and vlm.trainer.threads is None
+    assert OmegaConf.to_container(vlm.task) == {"_target_": "vlm.lightning.VLMTask", "name": "vlm"}
+    benchmark = {args: compose_cfg("run=r", *args, config="eval").benchmark.name
+                 for args in [(), ("task=behavior",), ("task=behavior", "benchmark=gqa"), ("benchmark=rollouts",)]}
+    assert benchmark == {(): "sort_of_clevr", ("task=behavior",): "rollouts", ("task=behavior", "benchmark=gqa"): "gqa",
+                         ("benchmark=rollouts",): "rollouts"}
+
+
+def test_multirun_gets_one_directory_per_job_and_a_summary(tmp_path, run_script):
+    status = run_script("train.py", "-m", *SMALL, *SCRATCH_SMALL, f"run.root={tmp_path}", "trainer.max_steps=1",
+                        "projector=linear,mlp", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert status == 0
     runs = sorted(p.name for p in tmp_path.iterdir() if (p / "config.yaml").exists())
-    assert len(runs) == 2 and runs[0].split("-")[2] != runs[1].split("-")[2]
+    assert [name.split("-")[2] for name in runs] == ["linear", "mlp"]
     summary = (tmp_path / "sweep" / "summary.md").read_text()
     rows = [line for line in summary.splitlines() if "projector=linear" in line or "projector=mlp" in line]
     assert len(rows) == 2 and "scratch/train_loss" in summary
+    assert all(str(tmp_path / name) in summary for name in runs)
 
 
-def test_unknown_choice_fails_with_hydra_list_of_choices():
-    proc = subprocess.run([sys.executable, "train.py", "encoder=nonexistent"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0
-    assert "Available options" in proc.stderr and "tiny_siglip" in proc.stderr
+def test_unknown_choice_fails_with_hydra_list_of_choices(run_script, capsys):
+    assert run_script("train.py", "encoder=nonexistent") == 1
+    err = capsys.readouterr().err
+    assert "Available options" in err and "tiny_siglip" in err
 
 
 def test_real_encoder_without_network_fails_fast_with_a_clear_message(tmp_path):
+    """A process of its own: the hub's address and offline mode are read when huggingface_hub is imported."""
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens there: the hub is unreachable
     env["HF_HOME"] = str(tmp_path / "hf")  # an empty hub cache
@@ -106,3 +181,4 @@ def test_saved_config_rebuilds_the_run(small_cfg):
     train(cfg)
     saved = OmegaConf.load(Path(cfg.run.root) / "one" / "config.yaml")
     assert saved.encoder.model_id.startswith("local-dir:") and saved.stage.phases.scratch.trainable == ["encoder", "projector", "backbone"]
+    assert OmegaConf.to_container(saved) == OmegaConf.to_container(cfg, resolve=True)

@@ -133,36 +133,38 @@ def repeat(samples: list, weight: float, seed: int) -> list:
 
 
 class VLMTask:
-    """Builds the VLM pieces for `core.run.train` (named by `conf/task/vlm.yaml`)."""
+    """The VLM as a `core.interfaces.Task` (`task=vlm`, conf/task/vlm.yaml): builds the model from the
+    encoder/backbone/projector groups, and per phase the data module of its splits and the module."""
 
-    def __init__(self, name: str = "vlm", run_name_parts: list | None = None):
+    def __init__(self, name: str = "vlm"):
         self.name = name
 
-    def build_model(self, cfg) -> VLM:
+    def build_model(self, cfg: DictConfig, run_dir: Path) -> VLM:
         return build_vlm(cfg)
 
-    def build_datamodule(self, cfg, phase, model: VLM, micro_batch_size: int, seed: int) -> VLMDataModule:
+    def build_datamodule(self, cfg: DictConfig, phase: DictConfig, model: VLM, run_dir: Path,
+                         micro_batch_size: int, seed: int) -> VLMDataModule:
         splits = dict(phase.data) if isinstance(phase.data, DictConfig) else {name: 1.0 for name in phase.data}
         return VLMDataModule(resolve(cfg.data), splits, model, micro_batch_size, seed,
                              skip_bad=bool(cfg.data.get("skip_bad", False)), num_workers=int(cfg.data.get("num_workers", 0)),
                              max_turns=cfg.data.get("max_turns"), group_by_length=bool(cfg.data.get("group_by_length", False)))
 
-    def build_module(self, cfg, phase, model: VLM, total_steps: int) -> VLMModule:
+    def build_module(self, cfg: DictConfig, phase: DictConfig, model: VLM, total_steps: int) -> VLMModule:
         return VLMModule(model, phase, total_steps)
 
-    def init_from(self, model: VLM, path) -> bool:
+    def init_from(self, model: VLM, source: Path) -> bool:
         """Load an HF Llava folder (config.json with model_type llava) into `model` (vlm/hf_llava.py); False for
         anything else, which `core.run` then loads as a refract run directory — except a run trained without LoRA
         into a model with adapters, loaded here under the adapters' base layers."""
         from vlm.hf_llava import is_hf_llava, load_hf_llava
 
-        if not is_hf_llava(path):
-            return self._init_lora_from_plain_run(model, path)
-        load_hf_llava(model, path)
+        if not is_hf_llava(source):
+            return self._init_lora_from_plain_run(model, source)
+        load_hf_llava(model, source)
         return True
 
     @staticmethod
-    def _init_lora_from_plain_run(model: VLM, path) -> bool:
+    def _init_lora_from_plain_run(model: VLM, path: Path) -> bool:
         """A LoRA model starting from a run trained without LoRA: its weights under the adapters' base layers."""
         from safetensors.torch import load_file
 

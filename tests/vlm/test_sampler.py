@@ -87,11 +87,11 @@ def test_data_config_switches_the_sampler(tmp_path):
     model = build_vlm(cfg)
     (phase,) = cfg.stage.phases.values()
     task = VLMTask()
-    plain = task.build_datamodule(cfg, phase, model, micro_batch_size=4, seed=0)
+    plain = task.build_datamodule(cfg, phase, model, tmp_path, micro_batch_size=4, seed=0)
     plain.setup()
     assert type(plain.train_dataloader().sampler) is StreamSampler
     cfg.data.group_by_length = True
-    grouped = task.build_datamodule(cfg, phase, model, micro_batch_size=4, seed=0)
+    grouped = task.build_datamodule(cfg, phase, model, tmp_path, micro_batch_size=4, seed=0)
     grouped.setup()
     assert isinstance(grouped.train_dataloader().sampler, GroupedStreamSampler)
 
