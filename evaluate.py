@@ -1,6 +1,6 @@
 """Evaluate a trained run: `python evaluate.py run=RUN_DIR benchmark=NAME [limit=N]`.
 
-Behavior runs: `python evaluate.py task=behavior run=RUN_DIR episodes_per_task=N` rolls the policy out
+Behavior runs: `python evaluate.py task=behavior run=RUN_DIR benchmark.episodes_per_task=N` rolls the policy out
 (the `task` choice selects the task's default benchmark, conf/task_eval/; `benchmark=NAME` overrides it).
 
 Writes the metrics into `RUN_DIR/results.json` and prints them as a table.

@@ -80,7 +80,7 @@ class BehaviorTask:
 
     def build_model(self, cfg: DictConfig, run_dir: Path) -> nn.Module:
         """The policy with its normalisation statistics and, when tokenized, its codec fitted on the normalised
-        action chunks; rank 0 writes what `behavior.load(run_dir)` needs besides the weights to `run_dir`."""
+        action chunks; rank 0 writes what `behavior.inference.load(run_dir)` needs besides the weights to `run_dir`."""
         demos = self.load_demonstrations(cfg)
         chunks = demos.normalised_chunks()
         kwargs = dict(state_dim=demos.states.shape[-1], num_tasks=len(task_names(cfg.env.tasks)), n_obs=int(cfg.policy.n_obs))
