@@ -57,7 +57,8 @@ def test_fresh_file_is_byte_identical_to_lightnings_csv_logger(tmp_path):
             logger.log_metrics(metrics, step=step)
     for logger in (ours, theirs):
         logger.finalize("success")
-    assert (tmp_path / "ours" / "metrics.csv").read_bytes() == (tmp_path / "theirs" / "metrics.csv").read_bytes()
+    assert (tmp_path / "ours" / "metrics.csv").read_bytes() == (tmp_path / "theirs" / "metrics.csv").read_bytes(), \
+        "metrics.csv no longer matches what Lightning's CSVLogger writes: see what changed there and update RunCSVLogger"
 
 
 def record_tracker(run_dir, run_name, params, colour, size=1):
