@@ -6,10 +6,9 @@ Examples:
     python train.py -m encoder=siglip,clip backbone=llama stage=single_stage,two_stage
 
 Running the same command again resumes its run from `runs/<name>/checkpoints/last.ckpt`.
-On a machine with a GPU the `gpu` trainer preset is the default.
+The default trainer preset (`trainer=auto`) is the `gpu` preset on a machine with a CUDA GPU and the `cpu`
+preset otherwise; `trainer=cpu`, `trainer=gpu`, `trainer=ddp`, `trainer=fsdp` choose one explicitly.
 """
-
-import sys
 
 import hydra
 from omegaconf import DictConfig
@@ -17,7 +16,7 @@ from omegaconf import DictConfig
 import vlm.tiny  # noqa: F401  (registers the ${tiny:NAME} config resolver)
 from data.errors import DataError
 from vlm.hub import ComponentLoadError
-from core.cli import default_trainer_override, exit_on_user_error
+from core.cli import exit_on_user_error
 from core.run import train
 
 
@@ -28,5 +27,4 @@ def main(cfg: DictConfig) -> dict:
 
 
 if __name__ == "__main__":
-    sys.argv += default_trainer_override(sys.argv[1:])
     main()

@@ -1,18 +1,9 @@
-"""Small helpers for the entry points: the default trainer preset and clean user-facing errors."""
+"""Helpers for the entry points (train.py, evaluate.py): user errors end the run with a clean message."""
 
 from __future__ import annotations
 
 import contextlib
 import sys
-
-
-def default_trainer_override(args: list[str]) -> list[str]:
-    """`trainer=gpu` when a GPU is present and the command names no trainer preset (`cpu` otherwise)."""
-    if any(a.startswith(("trainer=", "+trainer=")) for a in args) or any(a in ("-h", "--help", "--cfg", "-c") for a in args):
-        return []
-    import torch
-
-    return ["trainer=gpu"] if torch.cuda.is_available() else []
 
 
 @contextlib.contextmanager

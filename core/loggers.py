@@ -1,75 +1,159 @@
-"""Loggers of a run: a CSV file that survives restarts, MLflow that continues its run (any tracking
-URI: the local sqlite file by default, or a server `http://host:5000`), and by name TensorBoard and
-Weights & Biases (offline by default). `log_artifacts` attaches config.yaml / results.json at the end.
+"""The loggers of a run: its own `metrics.csv`, always, plus the trackers `cfg.logger` instantiates.
 
-`metrics.csv` keeps the rows written before the checkpoint a run resumes from
-and drops those logged after it (they are about to be recomputed). Steps of
-later phases are offset by the steps of the earlier ones, so one file covers a
-two-stage run without repeated step numbers.
+`cfg.logger` (conf/logger/*.yaml) maps names to Hydra `_target_` nodes, one per tracker. A tracker target
+is called with its YAML arguments plus what only the run knows: `run_dir` (the run directory), `run_name`
+and `params` (the resolved config, flattened to dotted keys). The targets here:
+
+- `mlflow_logger`: MLflow on any tracking URI (the local sqlite file by default, or `http://host:5000`),
+  continuing the run recorded in `<run_dir>/mlflow_run_id` after a restart;
+- `tensorboard_logger`: event files under `<run_dir>/tensorboard`;
+- `wandb_logger`: Weights & Biases, offline unless told otherwise, continuing the run recorded in
+  `<run_dir>/wandb_run_id`.
+
+A missing package stops the run with an ImportError naming the extra to install.
+
+`RunCSVLogger` writes `<run_dir>/metrics.csv`: steps of later phases are offset by the steps of the earlier
+ones, so one file covers a multi-phase run without repeated step numbers; on resume it keeps the rows written
+before the checkpoint and drops those logged after it (they are about to be recomputed).
+
+`log_artifacts` attaches files (config.yaml, results.json) to the tracked runs at the end.
 """
 
 from __future__ import annotations
 
 import csv
-import os
+import importlib.util
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from lightning.pytorch.loggers import CSVLogger, MLFlowLogger
-from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from hydra.utils import instantiate
+from lightning.pytorch.loggers import Logger, MLFlowLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
+from omegaconf import DictConfig, OmegaConf
 
 from data.atomic import atomic_file
 
 
-class _KeepingWriter(ExperimentWriter):
-    def __init__(self, log_dir: str, keep_before_step: int, last_row: dict | None = None):
-        self.keep_before_step = keep_before_step
-        self.last_row = last_row  # the checkpoint's own step, logged after the save: restored if a kill lost it
-        super().__init__(log_dir)
-
-    def _check_log_dir_exists(self) -> None:  # called by the parent's __init__: keep history instead of deleting it
-        path = self.metrics_file_path
-        if not os.path.isfile(path):
-            return
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            header = list(reader.fieldnames or [])
-            rows = [r for r in reader if r.get("step") not in (None, "") and int(float(r["step"])) < self.keep_before_step]
-        last = self.keep_before_step - 1
-        if self.last_row and last >= 0 and not any(int(float(r["step"])) == last for r in rows):
-            rows.append({**{k: str(v) for k, v in self.last_row.items()}, "step": str(last)})
-            header += [k for k in self.last_row if k not in header]
-        with atomic_file(Path(path)) as tmp, open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=header)
-            writer.writeheader()
-            writer.writerows(rows)
-        self.metrics_keys = header
+def build_loggers(cfg: DictConfig, run_dir: Path, step_offset: int, resume_step: int, name: str,
+                  last_row: dict | None = None) -> list:
+    """metrics.csv plus the trackers `cfg.logger` names; only rank 0 logs (other ranks get none)."""
+    if rank_zero_only.rank != 0:
+        return []
+    loggers: list = [RunCSVLogger(run_dir, step_offset=step_offset, resume_step=resume_step, last_row=last_row)]
+    trackers = [node for node in (cfg.get("logger") or {}).values() if node is not None]
+    if trackers:
+        params = {k: str(v) for k, v in flatten(OmegaConf.to_container(cfg, resolve=True)).items()}
+        for node in trackers:  # the YAML arguments bound by Hydra, then the run's own values
+            make_tracker = instantiate(node, _partial_=True, _convert_="all")
+            loggers.append(make_tracker(run_dir=Path(run_dir), run_name=name, params=params))
+    return loggers
 
 
-class RunCSVLogger(CSVLogger):
-    """CSVLogger writing `<run_dir>/metrics.csv` directly, resuming instead of truncating."""
+def flatten(nested: Mapping, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}."""
+    out = {}
+    for key, value in nested.items():
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+class RunCSVLogger(Logger):
+    """Writes `<run_dir>/metrics.csv` (one row per logged step, columns sorted, a `step` column).
+
+    `step_offset` (the steps of earlier phases) is added to every step. Making the logger trims the file
+    to the rows before `step_offset + resume_step` (`resume_step`: the step of the checkpoint this phase
+    resumes from, 0 for a fresh start), restoring `last_row` (the checkpoint's own step, which Lightning
+    logs after the save) at the step before when a kill lost it. Rows are buffered and appended every
+    `flush_logs_every_n_steps` steps and on `save()`."""
 
     def __init__(self, run_dir: Path, step_offset: int = 0, resume_step: int = 0, flush_logs_every_n_steps: int = 10,
                  last_row: dict | None = None):
-        super().__init__(save_dir=str(run_dir), name="", version="", flush_logs_every_n_steps=flush_logs_every_n_steps)
+        super().__init__()
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / "metrics.csv"
         self.step_offset = step_offset
-        self.resume_step = resume_step
-        self.last_row = last_row
+        self.flush_every = flush_logs_every_n_steps
+        self.rows: list[dict] = []
+        self.columns = self._keep_history(step_offset + resume_step, last_row)
 
     @property
-    def experiment(self):
-        if self._experiment is None:
-            self._experiment = _KeepingWriter(self.log_dir, self.step_offset + self.resume_step, self.last_row)
-        return self._experiment
+    def name(self) -> str:
+        return ""
 
-    def log_metrics(self, metrics, step=None):
-        super().log_metrics(metrics, None if step is None else step + self.step_offset)
+    @property
+    def version(self) -> str:
+        return ""
 
-    def log_hyperparams(self, params=None):  # the resolved config is already saved as config.yaml
-        return None
+    @property
+    def save_dir(self) -> str:
+        return str(self.run_dir)
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any = None, *args: Any, **kwargs: Any) -> None:
+        """Nothing: the resolved config is already saved as config.yaml."""
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        step = len(self.rows) if step is None else step + self.step_offset
+        self.rows.append({**{k: v.item() if hasattr(v, "item") else v for k, v in metrics.items()}, "step": step})
+        if (step + 1) % self.flush_every == 0:
+            self.save()
+
+    @rank_zero_only
+    def save(self) -> None:
+        if not self.rows:
+            return
+        new = {k for row in self.rows for k in row} - set(self.columns)
+        if new or not self.path.exists():
+            self.columns = sorted([*self.columns, *new])
+            self._write(self._read_rows() + self.rows)
+        else:
+            with open(self.path, "a", newline="") as f:
+                csv.DictWriter(f, fieldnames=self.columns).writerows(self.rows)
+        self.rows = []
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        self.save()
+
+    def _keep_history(self, keep_before_step: int, last_row: dict | None) -> list[str]:
+        """Trim the file to the rows before `keep_before_step` (restoring the checkpoint's row); its columns."""
+        if not self.path.is_file():
+            return []
+        with open(self.path, newline="") as f:
+            reader = csv.DictReader(f)
+            columns = list(reader.fieldnames or [])
+            rows = [r for r in reader if r.get("step") not in (None, "") and int(float(r["step"])) < keep_before_step]
+        last = keep_before_step - 1
+        if last_row and last >= 0 and not any(int(float(r["step"])) == last for r in rows):
+            rows.append({**{k: str(v) for k, v in last_row.items()}, "step": str(last)})
+            columns += [k for k in last_row if k not in columns]
+        self.columns = columns
+        self._write(rows)
+        return columns
+
+    def _read_rows(self) -> list[dict]:
+        if not self.path.is_file():
+            return []
+        with open(self.path, newline="") as f:
+            return list(csv.DictReader(f))
+
+    def _write(self, rows: list[dict]) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with atomic_file(self.path) as tmp, open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self.columns)
+            writer.writeheader()
+            writer.writerows(rows)
 
 
-def mlflow_logger(run_dir: Path, tracking_uri: str, experiment_name: str, run_name: str, params: dict) -> MLFlowLogger:
-    """An MLflow logger that continues the run recorded in `<run_dir>/mlflow_run_id` after a restart."""
+def mlflow_logger(run_dir: Path, run_name: str, params: dict, tracking_uri: str,
+                  experiment_name: str = "refract") -> MLFlowLogger:
+    """MLflow logging to `tracking_uri`, continuing the run recorded in `<run_dir>/mlflow_run_id` after a
+    restart; a new run gets `params` and artifacts stored in `<run_dir>/../mlartifacts`."""
     id_file = run_dir / "mlflow_run_id"
     run_id = id_file.read_text().strip() if id_file.exists() else None
     # artifacts next to the runs (MLflow's default is ./mlruns in the working directory)
@@ -81,36 +165,32 @@ def mlflow_logger(run_dir: Path, tracking_uri: str, experiment_name: str, run_na
     return logger
 
 
-def optional_loggers(logger_cfg, run_dir: Path, run_name: str, params: dict) -> list:
-    """TensorBoard (`logger=tensorboard`) and Weights & Biases (`logger=wandb`, offline unless WANDB_MODE says
-    otherwise) loggers, when the config names them; a clear error when their package is missing."""
-    out = []
-    if logger_cfg.get("tensorboard") is not None:
-        from lightning.pytorch.loggers import TensorBoardLogger
+def tensorboard_logger(run_dir: Path, run_name: str, params: dict):
+    """TensorBoard event files in `<run_dir>/tensorboard` (needs tensorboardX or tensorboard)."""
+    require_package("tensorboard", "tensorboardX", "tensorboard")
+    from lightning.pytorch.loggers import TensorBoardLogger
 
-        _require("tensorboard", "tensorboardX", "tensorboard")
-        tb = TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version="", default_hp_metric=False)
-        out.append(tb)
-    wandb_cfg = logger_cfg.get("wandb")
-    if wandb_cfg is not None:
-        from lightning.pytorch.loggers import WandbLogger
-
-        _require("wandb", "wandb")
-        os.environ.setdefault("WANDB_MODE", str(wandb_cfg.get("mode") or "offline"))
-        id_file = run_dir / "wandb_run_id"  # the same run continues after a restart
-        run_id = id_file.read_text().strip() if id_file.exists() else None
-        wb = WandbLogger(project=wandb_cfg.get("project", "refract"), name=run_name, save_dir=str(run_dir),
-                         id=run_id, resume="allow" if run_id else None)
-        if run_id is None:
-            id_file.write_text(wb.experiment.id)
-            wb.log_hyperparams(params)
-        out.append(wb)
-    return out
+    return TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version="", default_hp_metric=False)
 
 
-def _require(logger: str, *modules: str) -> None:
-    import importlib.util
+def wandb_logger(run_dir: Path, run_name: str, params: dict, project: str = "refract", mode: str = "offline"):
+    """Weights & Biases in `mode` (offline, online, disabled), files under `run_dir`, continuing the run
+    recorded in `<run_dir>/wandb_run_id` after a restart; a new run gets `params`."""
+    require_package("wandb", "wandb")
+    from lightning.pytorch.loggers import WandbLogger
 
+    id_file = run_dir / "wandb_run_id"
+    run_id = id_file.read_text().strip() if id_file.exists() else None
+    logger = WandbLogger(project=project, name=run_name, save_dir=str(run_dir), id=run_id,
+                         resume="allow" if run_id else None, mode=mode)
+    if run_id is None:
+        id_file.write_text(logger.experiment.id)
+        logger.log_hyperparams(params)
+    return logger
+
+
+def require_package(logger: str, *modules: str) -> None:
+    """An ImportError naming the extra to install when none of `modules` can be imported."""
     if not any(importlib.util.find_spec(m) for m in modules):
         raise ImportError(f"logger={logger} needs the {modules[-1]} package: pip install -e \".[{logger}]\"")
 

@@ -46,7 +46,7 @@ from typing_extensions import get_protocol_members
 from data.atomic import read_json, write_json
 from core.checkpoint import peek, remove_stray_tmp, resume_checkpoint, save_weights_atomic
 from core.interfaces import Task
-from core.loggers import RunCSVLogger, log_artifacts, mlflow_logger, optional_loggers
+from core.loggers import build_loggers, log_artifacts
 from core.trainer import build_trainer, world_size
 
 console = Console()
@@ -110,30 +110,6 @@ def micro_batch(cfg: DictConfig, phase: DictConfig, world_size: int) -> tuple[in
             "set trainer.micro_batch_size to a divisor"
         )
     return micro, accumulate
-
-
-def build_loggers(cfg: DictConfig, run_dir: Path, step_offset: int, resume_step: int, name: str,
-                  last_row: dict | None = None) -> list:
-    """metrics.csv plus the trackers `cfg.logger` names; only rank 0 logs (other ranks get none)."""
-    if rank_zero_only.rank != 0:
-        return []
-    loggers = [RunCSVLogger(run_dir, step_offset=step_offset, resume_step=resume_step, last_row=last_row)]
-    mlflow_cfg = cfg.logger.get("mlflow")
-    params = {k: str(v) for k, v in _flatten(OmegaConf.to_container(cfg, resolve=True)).items()}
-    if mlflow_cfg:
-        loggers.append(mlflow_logger(run_dir, mlflow_cfg.tracking_uri, mlflow_cfg.experiment_name, name, params))
-    return loggers + optional_loggers(cfg.logger, run_dir, name, params)
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
 
 
 def train(cfg: DictConfig) -> dict:

@@ -11,6 +11,10 @@ i.e. per device; `samples_per_sec` is for all ranks together):
 
 What a batch counts is the task's business (the module's hooks); this
 callback only adds up and divides. On GPU it synchronises once per log step.
+It follows the loop through public Trainer state only: a micro-batch ends an
+optimizer step when `trainer.global_step` moved during it, and the metrics are
+logged on the steps Lightning writes logs for (`global_step` a multiple of
+`log_every_n_steps`, or the run stopping).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ def _add(total, value):
 
 
 class ThroughputMonitor(L.Callback):
+    """Adds the `perf/*` metrics of each window of optimizer steps between two log steps."""
+
     def __init__(self, peak_flops: float | None = None, fp8: bool = False):
         super().__init__()
         self.peak_override, self.fp8 = peak_flops, fp8
@@ -45,6 +51,7 @@ class ThroughputMonitor(L.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self._wait += time.perf_counter() - self._batch_end  # the loop fetched this batch since the last one ended
+        self._step_before_batch = trainer.global_step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         tokens, flops = pl_module.batch_tokens(batch), pl_module.batch_flops(batch)
@@ -53,10 +60,10 @@ class ThroughputMonitor(L.Callback):
         self._tokens, self._flops = _add(self._tokens, tokens), _add(self._flops, flops)
         self._samples += _batch_size(batch)
         self._batch_end = time.perf_counter()
-        if trainer.fit_loop._should_accumulate():
-            return  # the optimizer step is not over yet
+        if trainer.global_step == self._step_before_batch:
+            return  # gradient accumulation: the optimizer step is not over yet
         self._steps += 1
-        if not trainer._logger_connector.should_update_logs:
+        if not _logs_now(trainer):
             return
         if trainer.strategy.root_device.type == "cuda":
             torch.cuda.synchronize()
@@ -74,6 +81,12 @@ class ThroughputMonitor(L.Callback):
         pl_module.log_dict(metrics, on_step=True, on_epoch=False, rank_zero_only=True)
         self._reset(now)
         self._batch_end = now
+
+
+def _logs_now(trainer) -> bool:
+    """Whether Lightning writes the step just taken to the loggers (its `log_every_n_steps` cadence)."""
+    every = trainer.log_every_n_steps
+    return every > 0 and (trainer.global_step % every == 0 or trainer.should_stop)
 
 
 def _batch_size(batch) -> int:

@@ -28,7 +28,10 @@ from lightning.pytorch.profilers import PyTorchProfiler
 from omegaconf import DictConfig
 
 from core.checkpoint import AtomicCheckpointIO
+from core.resolvers import register_resolvers
 from core.throughput import ThroughputMonitor
+
+register_resolvers()  # the presets' ${gpu_or_cpu:...}: whatever trains a composed config imports this module
 
 DATA_WAIT = "train_dataloader_next"
 
@@ -42,16 +45,19 @@ class _StepProgressBar(RichProgressBar):
 
 
 class StepCheckpoint(ModelCheckpoint):
-    """`step=N.ckpt` files named by the run-wide step (earlier phases' steps added), the newest k kept."""
+    """`step=N.ckpt` files named by the run-wide step (earlier phases' steps added), the newest k kept.
+
+    The newest k are the k highest phase steps (`monitor="step"`, `mode="max"`); only the file name
+    carries the offset, through the public `format_checkpoint_name`."""
 
     def __init__(self, step_offset: int = 0, **kwargs):
         super().__init__(**kwargs)
         self.step_offset = step_offset
 
-    def _monitor_candidates(self, trainer):
-        candidates = super()._monitor_candidates(trainer)
-        candidates["step"] = candidates["step"] + self.step_offset
-        return candidates
+    def format_checkpoint_name(self, metrics, filename=None, ver=None, prefix=None) -> str:
+        if "step" in metrics:
+            metrics = {**metrics, "step": metrics["step"] + self.step_offset}
+        return super().format_checkpoint_name(metrics, filename=filename, ver=ver, prefix=prefix)
 
 
 class SummarisedProfiler(PyTorchProfiler):

@@ -21,6 +21,9 @@ import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 import vlm.tiny  # noqa: E402,F401  (registers ${tiny:NAME})
+from core.resolvers import register_resolvers  # noqa: E402
+
+register_resolvers()  # ${gpu_or_cpu:...} in conf/trainer/auto.yaml, the default trainer preset
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"

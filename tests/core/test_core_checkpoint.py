@@ -1,16 +1,21 @@
 """Checkpoints under faults: a write killed midway leaves the previous checkpoint loadable and selected on
 resume (and the resumed run equals an uninterrupted one); `keep_last_k` prunes old step checkpoints;
-an unreadable `last.ckpt` falls back to the newest readable `step=N.ckpt`."""
+an unreadable `last.ckpt` falls back to the newest readable `step=N.ckpt`; step checkpoints of a later
+phase are named by the run-wide step."""
 
 import csv
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from torch import nn
 
 from core.checkpoint import peek, resume_checkpoint
 from core.run import train
+from core.trainer import StepCheckpoint
+from tests.core.toy import Toy, ToyData
 
 # one phase, whatever the default recipe is: the step and save counts below are about a single phase
 ONE_PHASE = ("stage=single_stage", "stage.phases.finetune.global_batch_size=4", "stage.phases.finetune.optim.lr=1e-3")
@@ -68,3 +73,14 @@ def test_unreadable_last_falls_back_to_the_newest_readable_step_checkpoint(tmp_p
     torch.save({"phase": "p", "global_step": 10}, tmp_path / "last.ckpt")
     assert resume_checkpoint(tmp_path) == tmp_path / "last.ckpt"
     assert resume_checkpoint(tmp_path / "empty") is None
+
+
+def test_step_checkpoints_carry_the_run_wide_step_and_the_newest_k_are_kept(tmp_path):
+    ckpt = StepCheckpoint(step_offset=10, dirpath=tmp_path, filename="step={step}", auto_insert_metric_name=False,
+                          monitor="step", mode="max", save_top_k=2, every_n_train_steps=2, enable_version_counter=False)
+    module = Toy(nn.Linear(4, 2), {"name": "p", "trainable": ["net"], "optim": {"lr": 0.01}}, total_steps=6)
+    trainer = L.Trainer(accelerator="cpu", max_steps=6, logger=False, callbacks=[ckpt], enable_progress_bar=False,
+                        enable_model_summary=False)
+    trainer.fit(module, datamodule=ToyData())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step=14.ckpt", "step=16.ckpt"]  # phase steps 4, 6 + 10
+    assert peek(tmp_path / "step=16.ckpt")["global_step"] == 6

@@ -1,5 +1,6 @@
-"""FLOP counts, the peak table and MFU: a tiny Llama's 6N + 12LdT by hand and against torch's flop counter,
-and the throughput callback's MFU against tokens/s x FLOPs per token / peak."""
+"""FLOP counts, the peak table and MFU: a tiny Llama's 6N + 12LdT by hand and against torch's flop counter;
+the throughput callback's MFU against tokens/s x FLOPs per token / peak, and its windows (which micro-batches
+each logged figure covers, on the steps Lightning writes logs for) against a fake clock."""
 
 import csv
 
@@ -11,8 +12,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from core.flops import chip_of, compute_dtype, decoder_flops_per_token, hf_decoder_flops_per_token, measure_flops, mfu, \
     non_embedding_params, peak_flops
-from core.module import TrainModule
 from core.throughput import ThroughputMonitor
+from tests.core.toy import Toy, ToyData
 
 
 def tiny_llama(tie=False):
@@ -54,25 +55,6 @@ def test_mfu_is_flops_per_second_over_peak():
     assert mfu(1000 * 4.2e10, 1.0, peak_flops("NVIDIA H100 80GB HBM3", "bf16")) == pytest.approx(4.2e13 / 989e12)
 
 
-class Toy(TrainModule):
-    def parts(self):
-        return {"net": self.model}
-
-    def compute_loss(self, batch):
-        return self.model(batch["x"]).pow(2).mean()
-
-    def flops_per_token(self):
-        return 1e6
-
-
-class ToyData(L.LightningDataModule):
-    def train_dataloader(self):
-        mask = torch.ones(8, 5, dtype=torch.long)
-        mask[:, 3:] = 0  # 3 real tokens per row, 2 padding
-        rows = [{"x": torch.randn(4), "attention_mask": m} for m in mask]
-        return torch.utils.data.DataLoader(rows * 4, batch_size=4)
-
-
 def test_callback_logs_tokens_and_mfu_consistently(tmp_path):
     phase = {"name": "p", "trainable": ["net"], "optim": {"lr": 0.01}}
     module = Toy(nn.Linear(4, 2), phase, total_steps=6)
@@ -82,8 +64,10 @@ def test_callback_logs_tokens_and_mfu_consistently(tmp_path):
                         enable_model_summary=False)
     trainer.fit(module, datamodule=ToyData())
     with open(tmp_path / "metrics.csv") as f:
-        rows = [r for r in csv.DictReader(f) if r.get("perf/mfu")]
+        logged = list(csv.DictReader(f))
+    rows = [r for r in logged if r.get("perf/mfu")]
     assert [int(r["step"]) for r in rows] == [1, 3, 5]  # every log step
+    assert [int(r["step"]) for r in logged if r.get("train/loss")] == [1, 3, 5]  # the steps Lightning logs the loss at
     for r in rows:
         step_time, tokens_s = float(r["perf/step_time"]), float(r["perf/tokens_per_sec_per_device"])
         # 2 micro-batches x 4 rows x 3 non-padding tokens per optimizer step, 1e6 FLOPs each, peak 1e9 FLOP/s
@@ -91,3 +75,55 @@ def test_callback_logs_tokens_and_mfu_consistently(tmp_path):
         assert float(r["perf/mfu"]) == pytest.approx(tokens_s * 1e6 / 1e9, rel=1e-4)
         assert float(r["perf/samples_per_sec"]) == pytest.approx(8 / step_time, rel=1e-4)
         assert 0.0 <= float(r["perf/data_wait"]) < 1.0
+
+
+class FakeClock:
+    """`time` for core.throughput: micro-batch i takes 2**i seconds, so a window's step time tells which
+    micro-batches it covered."""
+
+    def __init__(self):
+        self.now, self.batches = 0.0, 0
+
+    def perf_counter(self):
+        return self.now
+
+
+class Ticks(L.Callback):
+    def __init__(self, clock):
+        self.clock = clock
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.clock.now += 2.0 ** self.clock.batches
+        self.clock.batches += 1
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        pl_module.log("probe", float(batch_idx), on_step=True, on_epoch=False)  # Lightning writes it on its log steps
+
+
+# 8 micro-batches per epoch; Lightning steps the optimizer on an epoch's last batch even mid-accumulation.
+WINDOWS = {  # (accumulate, log_every_n_steps, max_steps): the micro-batches of each optimizer step of each logged window
+    (3, 1, 5): [[[0, 1, 2]], [[3, 4, 5]], [[6, 7]], [[8, 9, 10]], [[11, 12, 13]]],
+    (1, 3, 7): [[[0], [1], [2]], [[3], [4], [5]]],
+}
+
+
+@pytest.mark.parametrize("accumulate,every,steps", list(WINDOWS))
+def test_each_log_step_covers_the_optimizer_steps_since_the_previous_one(tmp_path, monkeypatch, accumulate, every, steps):
+    clock = FakeClock()
+    monkeypatch.setattr("core.throughput.time", clock)
+    module = Toy(nn.Linear(4, 2), {"name": "p", "trainable": ["net"], "optim": {"lr": 0.01}}, total_steps=steps)
+    trainer = L.Trainer(accelerator="cpu", max_steps=steps, accumulate_grad_batches=accumulate, log_every_n_steps=every,
+                        logger=L.pytorch.loggers.CSVLogger(tmp_path, name="", version=""),
+                        callbacks=[Ticks(clock), ThroughputMonitor()],
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(module, datamodule=ToyData())
+    with open(tmp_path / "metrics.csv") as f:
+        logged = list(csv.DictReader(f))
+    rows = [r for r in logged if r.get("perf/step_time")]
+    assert [int(r["step"]) for r in rows] == [int(r["step"]) for r in logged if r.get("probe")], \
+        "Lightning writes logs on other steps than core.throughput._logs_now assumes: see its LoggerConnector.should_update_logs"
+    windows = WINDOWS[(accumulate, every, steps)]
+    seconds = [sum(2.0**b for step in w for b in step) for w in windows]  # logged as float32
+    assert [float(r["perf/step_time"]) for r in rows] == pytest.approx([t / len(w) for t, w in zip(seconds, windows)], rel=1e-6)
+    samples = [4 * sum(len(step) for step in w) for w in windows]  # 4 rows per micro-batch
+    assert [float(r["perf/samples_per_sec"]) for r in rows] == pytest.approx([n / t for n, t in zip(samples, seconds)], rel=1e-6)

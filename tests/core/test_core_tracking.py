@@ -1,8 +1,7 @@
-"""Tracking: MLflow gets the run's config.yaml and results.json as artifacts; `logger=tensorboard` writes event
-files; `logger=wandb` is offline by default and fails clearly when its package is missing."""
+"""Tracking in a training run: MLflow gets the run's params, metrics, config.yaml and results.json (artifacts
+beside the runs, not in the working directory); `logger=wandb` fails clearly when its package is missing."""
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 
@@ -11,7 +10,7 @@ from core.run import train
 ONE_PHASE = ("stage=single_stage", "stage.phases.finetune.global_batch_size=4")
 
 
-def test_mlflow_run_gets_config_and_results_artifacts_and_tensorboard_by_name(small_cfg, tmp_path, monkeypatch):
+def test_mlflow_run_gets_config_and_results_artifacts(small_cfg, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
     monkeypatch.chdir(tmp_path)  # MLflow's default artifact store would be ./mlruns: it must not be used
@@ -26,9 +25,6 @@ def test_mlflow_run_gets_config_and_results_artifacts_and_tensorboard_by_name(sm
     assert not (tmp_path / "mlruns").exists()  # artifacts live beside the runs, not in the working directory
     run = client.get_run(run_id)
     assert run.data.params["trainer.max_steps"] == "2" and "train/loss" in run.data.metrics
-
-    train(small_cfg(*ONE_PHASE, "logger=tensorboard", "trainer.max_steps=1", "run.name=tb", "trainer.threads=1"))
-    assert list(Path(tmp_path / "runs" / "tb" / "tensorboard").rglob("events.out.tfevents.*"))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")
