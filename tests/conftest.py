@@ -20,7 +20,6 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-import vlm.tiny  # noqa: E402,F401  (registers ${tiny:NAME})
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
