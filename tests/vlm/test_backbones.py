@@ -1,6 +1,7 @@
-"""Language backbone families (tiny flavours of vlm/tiny_text.py): prompt formats, label masks, BOS and end-of-turn
-handling, generation prompts against the tokenizer's own chat template, the VLM's text forward against the HF model,
-and one training step of tiny_siglip × each backbone × the mlp projector."""
+"""Language backbone families (tiny flavours of vlm/tiny/text.py): label masks, BOS and end-of-turn handling against
+hand-written references (EXPECTED), and, for every tiny backbone config, generation prompts against the tokenizer's
+own chat template, the VLM's text forward against the HF model, and one training step of tiny_siglip × the backbone
+× the mlp projector."""
 
 import math
 
@@ -10,14 +11,14 @@ from omegaconf import OmegaConf
 from PIL import Image
 from transformers import AutoModelForCausalLM
 
-from tests.conftest import compose_cfg
+from tests.conftest import compose_cfg, tiny_options
 from vlm.dataset import Collator
 from vlm.lightning import VLMModule
 from vlm.model import build_vlm
 from vlm.prompting import IGNORE_INDEX
 
-FAMILIES = ["tiny_llama3", "tiny_mistral", "tiny_phi", "tiny_qwen2", "tiny_gemma"]
-CHAT = ["tiny_llama3", "tiny_mistral", "tiny_qwen2", "tiny_gemma"]
+FAMILIES = tiny_options("backbone")
+CHAT = [name for name in FAMILIES if compose_cfg(f"backbone={name}").backbone.prompt_format == "chat_template"]
 Q1, Q2 = "What is the shape of the red object?", "Is the red object on the left or on the right?"
 CONVERSATION = [("human", f"<image>\n{Q1}"), ("gpt", "circle"), ("human", Q2), ("gpt", "left")]
 
@@ -80,7 +81,7 @@ def messages(turns):
     return [{"role": "user" if r == "human" else "assistant", "content": t.replace("<image>\n", "")} for r, t in turns]
 
 
-@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_label_masks_train_exactly_the_answers_and_end_of_turn(name):
     tok, fmt = vlm_of(name).tokenizer, vlm_of(name).prompt_format
     text, spans, image_position, stops = EXPECTED[name]
