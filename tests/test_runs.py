@@ -105,4 +105,4 @@ def test_saved_config_rebuilds_the_run(small_cfg):
     cfg = small_cfg("trainer.max_steps=1", "run.name=one")
     train(cfg)
     saved = OmegaConf.load(Path(cfg.run.root) / "one" / "config.yaml")
-    assert saved.encoder.model_id.startswith("local-dir:") and saved.stage.phases.scratch.trainable == ["encoder", "projector", "backbone"]
+    assert saved.encoder.model_id == "tiny:tiny_siglip" and saved.stage.phases.scratch.trainable == ["encoder", "projector", "backbone"]
