@@ -1,5 +1,6 @@
 """Shared test set-up: hermetic caches, no hub access, and Hydra config composition helpers.
 
+`composed(*overrides)` is `compose_cfg` cached (read it, do not change it);
 `config_options(group)` lists a conf/ group's options (files named `_*.yaml` are
 shared bases, not options); `is_tiny(node)` tells a component config whose every
 model id is a tiny flavour (`tiny:NAME`) from one that loads from a hub; the
@@ -27,7 +28,6 @@ import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import DictConfig, ListConfig  # noqa: E402
 
-
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 sys.path.insert(0, str(ROOT))
@@ -48,6 +48,17 @@ SCRATCH_SMALL = ["~stage.phases.scratch_captions", "stage.phases.scratch.global_
 def compose_cfg(*overrides: str, config: str = "train"):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name=config, overrides=list(overrides))
+
+
+def composed(*overrides: str, config: str = "train"):
+    """`compose_cfg(*overrides, config=config)`, composed once per session: shared, so read it only
+    (`copy.deepcopy` it to change it)."""
+    return _composed(config, overrides)
+
+
+@cache
+def _composed(config: str, overrides: tuple[str, ...]):
+    return compose_cfg(*overrides, config=config)
 
 
 def config_options(group: str) -> list[str]:
@@ -74,7 +85,7 @@ def is_tiny(node) -> bool:
 @cache
 def tiny_options(group: str) -> list[str]:
     """The options of conf/GROUP whose components load only tiny flavours."""
-    return [o for o in config_options(group) if is_tiny(compose_cfg(f"{group}={o}")[group])]
+    return [o for o in config_options(group) if is_tiny(composed(f"{group}={o}")[group])]
 
 
 @pytest.fixture(scope="session")
@@ -88,7 +99,7 @@ def tiny_component():
     def get(group: str, option: str):
         if (group, option) not in built:
             torch.manual_seed(0)
-            built[group, option] = build_component(compose_cfg(f"{group}={option}")[group])
+            built[group, option] = build_component(composed(f"{group}={option}")[group])
         return built[group, option]
 
     return get

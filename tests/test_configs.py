@@ -2,6 +2,7 @@
 and keeps its contract (tiny flavours) or fails offline with the clear load error (hub models; tests never reach
 a hub); every projector maps widths; stages name real parts. Adding a YAML adds its cases."""
 
+import copy
 from functools import cache
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from PIL import Image
 
-from tests.conftest import CONF, SMALL, compose_cfg, config_options, is_tiny, tiny_options
+from tests.conftest import CONF, SMALL, compose_cfg, composed, config_options, is_tiny, tiny_options
 from vlm.hub import ComponentLoadError
 from vlm.interfaces import ImageEncoder, LanguageBackbone
 from vlm.model import build_component
@@ -23,11 +24,19 @@ CONTEXTS = [(p.stem, []) for p in sorted(CONF.glob("*.yaml"))] + [("train", [f"t
 
 
 @cache
-def choice_key(group: str) -> tuple[str, list[str], str]:
-    """(primary config, overrides, `GROUP` or `GROUP@PACKAGE`) of the first context that selects `group`."""
+def context_choices() -> list[tuple[str, list[str], list[str]]]:
+    """(primary config, overrides, the group choices it composes: `GROUP` or `GROUP@PACKAGE`) per context."""
+    out = []
     for config, overrides in CONTEXTS:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             choices = compose(config_name=config, overrides=overrides, return_hydra_config=True).hydra.runtime.choices
+        out.append((config, overrides, list(choices)))
+    return out
+
+
+def choice_key(group: str) -> tuple[str, list[str], str]:
+    """(primary config, overrides, `GROUP` or `GROUP@PACKAGE`) of the first context that selects `group`."""
+    for config, overrides, choices in context_choices():
         for key in choices:
             if key == group or key.startswith(f"{group}@"):
                 return config, overrides, key
@@ -48,7 +57,7 @@ def test_groups_are_found_from_the_conf_directory():
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in config_options(g)])
 def test_every_option_composes(group, option):
     config, overrides, key = choice_key(group)
-    cfg = compose_cfg(*overrides, f"{key}={option}", config=config)
+    cfg = copy.deepcopy(composed(*overrides, f"{key}={option}", config=config))
     for missing in required_keys(OmegaConf.to_container(cfg, resolve=False)):  # e.g. data=llava's json; any value will do
         OmegaConf.update(cfg, missing, "x")
     OmegaConf.resolve(cfg)
@@ -81,7 +90,7 @@ def check_backbone(backbone):
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in ("encoder", "backbone") for o in config_options(g)])
 def test_components_keep_their_contract_or_fail_clearly_offline(tiny_component, group, option):
-    node = compose_cfg(f"{group}={option}")[group]
+    node = composed(f"{group}={option}")[group]
     if is_tiny(node):
         (check_encoder if group == "encoder" else check_backbone)(tiny_component(group, option))
     else:
@@ -96,7 +105,7 @@ def test_an_unknown_tiny_flavour_names_the_setting_and_the_choices():
 
 @pytest.mark.parametrize("option", config_options("projector"))
 def test_projectors_map_vision_width_to_llm_width(option):
-    proj = build_component(compose_cfg(f"projector={option}").projector)(24, 40)
+    proj = build_component(composed(f"projector={option}").projector)(24, 40)
     x = torch.randn(2, 5, 24)
     out = proj(x)
     assert out.shape == (2, 5, 40)
@@ -108,13 +117,13 @@ def test_composing_and_resolving_a_config_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("REFRACT_CACHE", str(tmp_path))
     for group in ("encoder", "backbone"):
         for option in tiny_options(group):
-            OmegaConf.to_yaml(compose_cfg(f"{group}={option}"), resolve=True)
+            OmegaConf.to_yaml(composed(f"{group}={option}"), resolve=True)
     assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("option", config_options("stage"))
 def test_stage_phases_name_real_parts_and_splits(option):
-    cfg = compose_cfg(f"stage={option}")
+    cfg = composed(f"stage={option}")
     assert len(cfg.stage.phases) >= 1
     for key, phase in cfg.stage.phases.items():
         assert phase.name == key

@@ -11,14 +11,14 @@ from omegaconf import OmegaConf
 from PIL import Image
 from transformers import AutoModelForCausalLM
 
-from tests.conftest import compose_cfg, tiny_options
+from tests.conftest import compose_cfg, composed, tiny_options
 from vlm.dataset import Collator
 from vlm.lightning import VLMModule
 from vlm.model import build_vlm
 from vlm.prompting import IGNORE_INDEX
 
 FAMILIES = tiny_options("backbone")
-CHAT = [name for name in FAMILIES if compose_cfg(f"backbone={name}").backbone.prompt_format == "chat_template"]
+CHAT = [name for name in FAMILIES if composed(f"backbone={name}").backbone.prompt_format == "chat_template"]
 Q1, Q2 = "What is the shape of the red object?", "Is the red object on the left or on the right?"
 CONVERSATION = [("human", f"<image>\n{Q1}"), ("gpt", "circle"), ("human", Q2), ("gpt", "left")]
 

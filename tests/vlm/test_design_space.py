@@ -13,7 +13,7 @@ import torch
 from omegaconf import OmegaConf
 from PIL import Image
 
-from tests.conftest import compose_cfg, config_options, tiny_options
+from tests.conftest import composed, config_options, tiny_options
 from vlm.dataset import Collator
 from vlm.lightning import VLMModule
 from vlm.model import VLM, build_component
@@ -50,7 +50,7 @@ def test_the_cover_has_every_pair_of_options():
 def test_every_pair_takes_a_training_step(tiny_component, case):
     enc = copy.deepcopy(tiny_component("encoder", case["encoder"]))
     llm = copy.deepcopy(tiny_component("backbone", case["backbone"]))
-    cfg = compose_cfg("stage=full_finetune", "stage.phases.full_finetune.optim.warmup_ratio=0", f"projector={case['projector']}")
+    cfg = composed("stage=full_finetune", "stage.phases.full_finetune.optim.warmup_ratio=0", f"projector={case['projector']}")
     model = VLM(enc, llm, build_component(cfg.projector)(enc.embed_dim, llm.hidden_size))
     (phase,) = cfg.stage.phases.values()
     module = VLMModule(model, OmegaConf.to_container(phase), total_steps=1)

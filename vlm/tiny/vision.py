@@ -79,8 +79,9 @@ def _write_timm(out: Path, architecture: str, args: dict, **init_args) -> None:
 def write_tiny_siglip(out: Path) -> None:
     torch.manual_seed(0)
     model = timm.create_model("vit_base_patch16_siglip_224", pretrained=False, num_classes=0, **SIGLIP_ARGS)
+    grid = SIGLIP_ARGS["img_size"] // SIGLIP_ARGS["patch_size"]
     with torch.no_grad():
-        model.pos_embed.copy_(_row_major_mae_sincos(SIGLIP_ARGS["img_size"] // SIGLIP_ARGS["patch_size"], SIGLIP_ARGS["embed_dim"])[None])
+        model.pos_embed.copy_(_row_major_mae_sincos(grid, SIGLIP_ARGS["embed_dim"])[None])
     _save_timm(out, model, SIGLIP_ARGS)
 
 
