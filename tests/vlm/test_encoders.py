@@ -1,6 +1,7 @@
 """Image encoders: every tiny flavour against its library's own full forward, the fused encoder, and open_clip's
 preprocessing strategies. (Training steps of every encoder with every projector: test_design_space.py.)"""
 
+import copy
 
 import open_clip
 import pytest
@@ -33,9 +34,8 @@ def folder(model_id):
 
 
 @pytest.fixture(scope="module")
-def encoders():
-    torch.manual_seed(0)
-    return {name: build_component(encoder_node(name)).eval() for name in TINY}
+def encoders(tiny_component):
+    return {name: copy.deepcopy(tiny_component("encoder", name)).eval() for name in TINY}
 
 
 def pixels(seed=0, batch=2, size=64):
