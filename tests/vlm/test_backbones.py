@@ -137,7 +137,7 @@ def test_text_only_forward_equals_the_hf_model(vlm_of, name):
 def test_one_training_step(vlm_of, name):
     model = vlm_of(name)
     cfg = composed(f"backbone={name}", "stage=finetune", "stage.phases.finetune.optim.lr=1e-3",
-                      "stage.phases.finetune.optim.warmup_ratio=0")
+                   "stage.phases.finetune.optim.warmup_ratio=0")
     module = VLMModule(model, OmegaConf.to_container(cfg.stage.phases.finetune), total_steps=1)
     image = model.encoder.transform(Image.new("RGB", (64, 64), (200, 30, 30)))
     rows = [(CONVERSATION, image), (CONVERSATION[:2], None)]
