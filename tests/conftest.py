@@ -28,6 +28,8 @@ import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import DictConfig, ListConfig  # noqa: E402
 
+from vlm.hub import TINY_PREFIX  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 sys.path.insert(0, str(ROOT))
@@ -79,7 +81,7 @@ def model_ids(node) -> list[str]:
 def is_tiny(node) -> bool:
     """A component config that loads only tiny flavours (no hub)."""
     ids = model_ids(node)
-    return bool(ids) and all(i.startswith("tiny:") for i in ids)
+    return bool(ids) and all(i.startswith(TINY_PREFIX) for i in ids)
 
 
 @cache

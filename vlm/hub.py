@@ -21,6 +21,9 @@ from urllib.parse import urlparse
 import huggingface_hub.constants as hf_constants
 
 
+TINY_PREFIX = "tiny:"
+
+
 class ComponentLoadError(RuntimeError):
     """A model component could not be loaded; the message says which and how to fix it."""
 
@@ -28,14 +31,14 @@ class ComponentLoadError(RuntimeError):
 def resolve_tiny(model_id: str, config_key: str, folder_scheme: str = "") -> str:
     """`tiny:NAME` → `folder_scheme` + the local folder of tiny checkpoint NAME (written on first call; timm and
     open_clip name a folder `local-dir:PATH`, transformers a plain path); any other id unchanged."""
-    from vlm.tiny import PREFIX, WRITERS, ensure_tiny  # imported on use: the writers import every model library
-
-    if not model_id.startswith(PREFIX):
+    if not model_id.startswith(TINY_PREFIX):
         return model_id
-    name = model_id.removeprefix(PREFIX)
+    from vlm.tiny import WRITERS, ensure_tiny  # imported on use: the writers import every model library
+
+    name = model_id.removeprefix(TINY_PREFIX)
     if name not in WRITERS:
         raise ComponentLoadError(f"unknown tiny flavour {name!r} in {config_key}={model_id}\n"
-                                 f"  fix: choose one of {', '.join(f'{PREFIX}{n}' for n in sorted(WRITERS))}")
+                                 f"  fix: choose one of {', '.join(f'{TINY_PREFIX}{n}' for n in sorted(WRITERS))}")
     return f"{folder_scheme}{ensure_tiny(name)}"
 
 

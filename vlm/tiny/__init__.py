@@ -22,7 +22,6 @@ from vlm.tiny.text import WRITERS as TEXT_WRITERS
 from vlm.tiny.vision import WRITERS as VISION_WRITERS
 
 VERSION = 3
-PREFIX = "tiny:"
 WRITERS = {**VISION_WRITERS, **TEXT_WRITERS}
 
 
