@@ -13,7 +13,6 @@ preset otherwise; `trainer=cpu`, `trainer=gpu`, `trainer=ddp`, `trainer=fsdp` ch
 import hydra
 from omegaconf import DictConfig
 
-import vlm.tiny  # noqa: F401  (registers the ${tiny:NAME} config resolver)
 from data.errors import DataError
 from vlm.hub import ComponentLoadError
 from core.cli import exit_on_user_error

@@ -80,7 +80,6 @@ def build_pair(workdir: Path, hidden: int = 256, layers: int = 4, heads: int = 4
     from hydra import compose, initialize_config_dir
     from transformers import AutoProcessor, LlavaForConditionalGeneration
 
-    import vlm.tiny  # noqa: F401  (registers ${tiny:NAME})
     from vlm.hf_llava import export
     from vlm.model import build_vlm
 

@@ -19,7 +19,6 @@ from hydra import compose, initialize_config_dir
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import vlm.tiny  # noqa: E402,F401  (registers ${tiny:NAME})
 from core.run import evaluate, run_dir_of, train  # noqa: E402
 
 

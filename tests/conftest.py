@@ -1,5 +1,11 @@
 """Shared test set-up: hermetic caches, no hub access, and Hydra config composition helpers.
 
+`composed(*overrides)` is `compose_cfg` cached (read it, do not change it);
+`config_options(group)` lists a conf/ group's options (files named `_*.yaml` are
+shared bases, not options); `is_tiny(node)` tells a component config whose every
+model id is a tiny flavour (`tiny:NAME`) from one that loads from a hub; the
+`tiny_component` fixture builds a tiny component once per session.
+
 Tiny checkpoints and the small Sort-of-CLEVR dataset are written once per test
 session into a temporary cache (`REFRACT_CACHE`), through the same code paths a
 user's first run takes.
@@ -10,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from functools import cache
 from pathlib import Path
 
 os.environ.setdefault("REFRACT_CACHE", tempfile.mkdtemp(prefix="refract-test-cache-"))
@@ -19,9 +26,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import DictConfig, ListConfig  # noqa: E402
 
-import vlm.tiny  # noqa: E402,F401  (registers ${tiny:NAME})
 from core.resolvers import register_resolvers  # noqa: E402
+from vlm.hub import TINY_PREFIX  # noqa: E402
 
 register_resolvers()  # ${gpu_or_cpu:...} in conf/trainer/auto.yaml, the default trainer preset
 
@@ -45,6 +53,61 @@ SCRATCH_SMALL = ["~stage.phases.scratch_captions", "stage.phases.scratch.global_
 def compose_cfg(*overrides: str, config: str = "train"):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name=config, overrides=list(overrides))
+
+
+def composed(*overrides: str, config: str = "train"):
+    """`compose_cfg(*overrides, config=config)`, composed once per session: shared, so read it only
+    (`copy.deepcopy` it to change it)."""
+    return _composed(config, overrides)
+
+
+@cache
+def _composed(config: str, overrides: tuple[str, ...]):
+    return compose_cfg(*overrides, config=config)
+
+
+def config_options(group: str) -> list[str]:
+    """The options of conf/GROUP (sorted), without the shared bases (`_*.yaml`)."""
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml") if not p.name.startswith("_"))
+
+
+def model_ids(node) -> list[str]:
+    """Every `model_id` / `model_name` in a component config, nested ones (a fused encoder's) included."""
+    if isinstance(node, DictConfig):
+        own = [str(node[k]) for k in ("model_id", "model_name") if k in node]
+        return own + [i for k, v in node.items() if isinstance(v, (DictConfig, ListConfig)) for i in model_ids(v)]
+    if isinstance(node, ListConfig):
+        return [i for v in node for i in model_ids(v)]
+    return []
+
+
+def is_tiny(node) -> bool:
+    """A component config that loads only tiny flavours (no hub)."""
+    ids = model_ids(node)
+    return bool(ids) and all(i.startswith(TINY_PREFIX) for i in ids)
+
+
+@cache
+def tiny_options(group: str) -> list[str]:
+    """The options of conf/GROUP whose components load only tiny flavours."""
+    return [o for o in config_options(group) if is_tiny(composed(f"{group}={o}")[group])]
+
+
+@pytest.fixture(scope="session")
+def tiny_component():
+    """tiny_component(group, option): the component conf/GROUP/OPTION.yaml builds, built once per session
+    (seeded). Shared: deep-copy it before changing it."""
+    from vlm.model import build_component
+
+    built = {}
+
+    def get(group: str, option: str):
+        if (group, option) not in built:
+            torch.manual_seed(0)
+            built[group, option] = build_component(composed(f"{group}={option}")[group])
+        return built[group, option]
+
+    return get
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
-"""Language backbones loaded through transformers (AutoModelForCausalLM + AutoTokenizer).
+"""Language backbones (`vlm.interfaces.LanguageBackbone`) loaded through transformers (AutoModelForCausalLM + AutoTokenizer).
 
-A backbone is a hub id or a local folder written by `save_pretrained`; the tiny
-flavours are real local checkpoints loaded the same way. A tokenizer without a
+A backbone is a hub id, a local folder written by `save_pretrained`, or
+`tiny:NAME`, a tiny flavour's local checkpoint (vlm/tiny/) loaded the same way. A tokenizer without a
 pad token gets one, and the embeddings are resized (to a multiple of 64).
 `trust_remote_code` stays off unless the config turns it on.
 `gradient_checkpointing=True` turns on HF activation checkpointing
@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from vlm.hub import load_error, offline_unless_reachable
+from vlm.hub import load_error, offline_unless_reachable, resolve_tiny
 from vlm.prompting import build_prompt_format
 
 
@@ -33,6 +33,7 @@ class HFBackbone(nn.Module):
         gradient_checkpointing: bool = False,
     ):
         super().__init__()
+        model_id = resolve_tiny(model_id, "backbone.model_id")
         offline_unless_reachable(model_id)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=trust_remote_code)

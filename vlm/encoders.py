@@ -1,22 +1,20 @@
-"""Image encoders: timm ViTs (SigLIP, CLIP, DINOv2, ImageNet ViT), open_clip models, and fused pairs.
+"""Image encoders (`vlm.interfaces.ImageEncoder`): timm ViTs, open_clip models, and fused pairs.
 
-Features are the output of the second-to-last transformer block with the
-prefix (class / register) tokens dropped, as in Prismatic and HF Llava
-(`vision_feature_layer=-2`). The unused last block and head are pruned so that
-they neither cost compute nor sit in the optimiser without gradients.
-- `TimmEncoder`: any timm ViT by hub id (`hf-hub:timm/...`) or folder
-  (`local-dir:PATH`); `model_kwargs` go to `timm.create_model` (e.g. DINOv2's
-  `img_size: 224`, OpenAI CLIP's `act_layer: quick_gelu`).
+ViT features are the output of the second-to-last transformer block
+(`feature_layer: -2`) with the prefix (class / register) tokens dropped, as in
+Prismatic and HF Llava; the unused blocks and the head are pruned so that they
+neither cost compute nor sit in the optimiser without gradients.
+- `TimmEncoder`: any timm ViT by hub id (`hf-hub:timm/...`), folder
+  (`local-dir:PATH`) or tiny flavour (`tiny:NAME`); `model_kwargs` go to
+  `timm.create_model` (e.g. DINOv2's `img_size: 224`, OpenAI CLIP's `act_layer: quick_gelu`).
 - `OpenClipEncoder`: an open_clip model (`model_name` + `pretrained` tag or file,
-  or `hf-hub:` / `local-dir:` names), its image tower only, with open_clip's own
-  preprocessing.
+  or `hf-hub:` / `local-dir:` / `tiny:` names), its image tower only, with
+  open_clip's own preprocessing. A ViT tower gives its blocks' tokens; a timm
+  tower (ConvNeXt) gives a stage's feature map (`feature_layer: -1`, the last
+  stage), one token per position.
 - `FusedEncoder`: several encoders on the same image (Prismatic's DINOv2 +
   SigLIP); patch features concatenated along channels. Its transform stacks
   each encoder's own preprocessing into one (n, 3, H, W) tensor per image.
-Every encoder has `embed_dim`, `num_patches`, `grid_size`, `image_size`,
-`transform` (PIL image → tensor) and `flops_per_patch()`.
-A tiny flavour is a real checkpoint folder (see vlm/tiny.py, vlm/tiny_vision.py)
-loaded as `local-dir:PATH`, the same path hub ids take.
 """
 
 from __future__ import annotations
@@ -27,9 +25,10 @@ import timm
 import torch
 from torch import nn
 
-from core.flops import decoder_flops_per_token, non_embedding_params
-from vlm.hub import load_error, offline_unless_reachable
+from core.flops import decoder_flops_per_token, measure_flops, non_embedding_params
+from vlm.hub import load_error, offline_unless_reachable, resolve_tiny
 from vlm.images import StackTransforms, image_transform, open_clip_transform
+from vlm.interfaces import ImageEncoder
 from vlm.model import build_component
 
 
@@ -38,10 +37,13 @@ def _layer_index(depth: int, feature_layer: int) -> int:
 
 
 class TimmEncoder(nn.Module):
+    """A timm ViT's patch features from block `feature_layer` (negative: counted from the end)."""
+
     def __init__(self, model_id: str, image_strategy: str = "resize-naive", feature_layer: int = -2, pretrained: bool = True,
                  model_kwargs: Mapping | None = None, config_key: str = "encoder"):
         """`config_key`: where these settings live in the run config (named in the load error's fix)."""
         super().__init__()
+        model_id = resolve_tiny(model_id, f"{config_key}.model_id", folder_scheme="local-dir:")
         offline_unless_reachable(model_id.removeprefix("hf-hub:"))
         try:
             model = timm.create_model(model_id, pretrained=pretrained, num_classes=0, **dict(model_kwargs or {}))
@@ -71,6 +73,8 @@ class TimmEncoder(nn.Module):
 
 
 class OpenClipEncoder(nn.Module):
+    """An open_clip model's image tower: ViT block tokens or a timm trunk stage's feature map."""
+
     def __init__(self, model_name: str, pretrained: str | None = None, image_strategy: str = "resize-naive",
                  feature_layer: int = -2, model_kwargs: Mapping | None = None, config_key: str = "encoder"):
         """`model_name`: an open_clip config name (with `pretrained` a tag or a weights file; None: random
@@ -79,6 +83,7 @@ class OpenClipEncoder(nn.Module):
         import open_clip  # imported on use: it is slow to import
 
         super().__init__()
+        model_name = resolve_tiny(model_name, f"{config_key}.model_name", folder_scheme="local-dir:")
         schema = model_name.split(":", 1)[0] if model_name.startswith(("hf-hub:", "local-dir:")) else None
         # what to name in a load error: the hub repo behind a tag (its folder loads as local-dir:), else the setting
         source, key = model_name, f"{config_key}.model_name"
@@ -93,26 +98,50 @@ class OpenClipEncoder(nn.Module):
         except Exception as err:
             raise load_error("encoder", source, key, err) from err
         visual = model.visual
-        if not hasattr(visual, "transformer"):
-            raise ValueError(f"open_clip model {model_name!r} has no ViT image tower ({type(visual).__name__}); use a ViT model")
-        self.layer = _layer_index(len(visual.transformer.resblocks), feature_layer)
-        visual.prune_intermediate_layers(indices=[self.layer], prune_norm=True, prune_head=True)
-        self.model = visual  # the text tower is dropped
-        self.embed_dim = visual.transformer.width
-        self.grid_size = tuple(visual.grid_size)
         self.image_size = tuple(visual.image_size)
-        self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.preprocess_cfg = dict(visual.preprocess_cfg)
         self.transform = open_clip_transform(self.preprocess_cfg, image_strategy)
+        self.is_vit = hasattr(visual, "transformer")
+        if self.is_vit:
+            self.layer = _layer_index(len(visual.transformer.resblocks), feature_layer)
+            visual.prune_intermediate_layers(indices=[self.layer], prune_norm=True, prune_head=True)
+            self.model = visual  # the text tower is dropped
+            self.embed_dim = visual.transformer.width
+            self.grid_size = tuple(visual.grid_size)
+        elif hasattr(visual, "trunk") and hasattr(visual.trunk, "prune_intermediate_layers"):
+            trunk = visual.trunk  # a timm model (ConvNeXt); open_clip's pooling and projection head are dropped
+            self.layer = _layer_index(len(trunk.feature_info), feature_layer)
+            trunk.prune_intermediate_layers(indices=[self.layer], prune_norm=True, prune_head=True)
+            self.model = trunk
+            stage = trunk.feature_info[self.layer]
+            self.embed_dim = stage["num_chs"]
+            self.grid_size = tuple(size // stage["reduction"] for size in self.image_size)
+        else:
+            raise ValueError(f"open_clip model {model_name!r} has neither a ViT nor a timm image tower "
+                             f"({type(visual).__name__}); use a ViT or ConvNeXt model")
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
+        self._flops_per_patch = None
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """(B, 3, H, W) → patch features (B, num_patches, embed_dim); the class token is dropped."""
-        out = self.model.forward_intermediates(pixel_values, indices=[self.layer], intermediates_only=True, output_fmt="NLC")
-        return out["image_intermediates"][0]
+        """(B, 3, H, W) → patch features (B, num_patches, embed_dim): a ViT's tokens without the class token, or
+        a conv stage's feature map, one token per position in row-major order."""
+        if self.is_vit:
+            out = self.model.forward_intermediates(pixel_values, indices=[self.layer], intermediates_only=True, output_fmt="NLC")
+            return out["image_intermediates"][0]
+        (feature_map,) = self.model.forward_intermediates(pixel_values, indices=[self.layer], intermediates_only=True)
+        return feature_map.flatten(2).transpose(1, 2)
 
     def flops_per_patch(self) -> float:
-        blocks = len(self.model.transformer.resblocks)
-        return decoder_flops_per_token(non_embedding_params(self), blocks, self.embed_dim, self.num_patches)
+        """A ViT: 6·N + 12·L·d·T over its blocks; a conv tower: 3x one image's counted forward FLOPs, per patch."""
+        if self.is_vit:
+            blocks = len(self.model.transformer.resblocks)
+            return decoder_flops_per_token(non_embedding_params(self), blocks, self.embed_dim, self.num_patches)
+        if self._flops_per_patch is None:
+            weight = next(self.parameters())
+            image = torch.zeros(1, 3, *self.image_size, device=weight.device, dtype=weight.dtype)
+            with torch.no_grad():
+                self._flops_per_patch = 3 * measure_flops(lambda: self(image)) / self.num_patches
+        return self._flops_per_patch
 
 
 class FusedEncoder(nn.Module):
@@ -122,7 +151,7 @@ class FusedEncoder(nn.Module):
     `encoder.encoders.NAME`). `image_strategy`, when set, applies to every encoder built from a config.
     Patch grids must match, and so must input sizes (each image becomes one (n, 3, H, W) tensor)."""
 
-    def __init__(self, encoders: Mapping, image_strategy: str | None = None):
+    def __init__(self, encoders: Mapping[str, ImageEncoder | Mapping], image_strategy: str | None = None):
         super().__init__()
         if len(encoders) < 2:
             raise ValueError(f"a fused encoder needs at least two encoders; got {list(encoders)}")

@@ -1,5 +1,8 @@
 """Loading components by hub id or local path, failing fast and clearly without a network.
 
+`resolve_tiny(model_id, config_key)` turns a config's `tiny:NAME` into the
+folder of that tiny checkpoint (vlm/tiny/, written on first load); every other
+id passes through, so a tiny flavour loads through the same code as a hub model.
 `offline_unless_reachable(model_id)` switches huggingface_hub to offline mode
 when the id is not a local path and the hub cannot be reached within a few
 seconds, so a cached model still loads and a missing one fails at once instead
@@ -18,8 +21,25 @@ from urllib.parse import urlparse
 import huggingface_hub.constants as hf_constants
 
 
+TINY_PREFIX = "tiny:"
+
+
 class ComponentLoadError(RuntimeError):
     """A model component could not be loaded; the message says which and how to fix it."""
+
+
+def resolve_tiny(model_id: str, config_key: str, folder_scheme: str = "") -> str:
+    """`tiny:NAME` → `folder_scheme` + the local folder of tiny checkpoint NAME (written on first call; timm and
+    open_clip name a folder `local-dir:PATH`, transformers a plain path); any other id unchanged."""
+    if not model_id.startswith(TINY_PREFIX):
+        return model_id
+    from vlm.tiny import WRITERS, ensure_tiny  # imported on use: the writers import every model library
+
+    name = model_id.removeprefix(TINY_PREFIX)
+    if name not in WRITERS:
+        raise ComponentLoadError(f"unknown tiny flavour {name!r} in {config_key}={model_id}\n"
+                                 f"  fix: choose one of {', '.join(f'{TINY_PREFIX}{n}' for n in sorted(WRITERS))}")
+    return f"{folder_scheme}{ensure_tiny(name)}"
 
 
 def is_local(model_id: str) -> bool:

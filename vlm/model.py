@@ -1,5 +1,6 @@
 """The VLM: image encoder → projector → patch embeddings spliced into the language model.
 
+The parts are typed by their contracts in vlm/interfaces.py.
 Plain `nn.Module`, free of Lightning. `forward` takes a right-padded batch (the
 collator's output) and returns the backbone's output (loss when labels are
 given). Rows without an image are allowed: their text is followed by masked
@@ -18,11 +19,12 @@ from hydra.utils import instantiate
 from torch import nn
 
 from vlm.hub import ComponentLoadError
+from vlm.interfaces import ImageEncoder, LanguageBackbone, ProjectorFactory
 from vlm.prompting import IGNORE_INDEX
 
 
 class VLM(nn.Module):
-    def __init__(self, encoder: nn.Module, backbone: nn.Module, projector: nn.Module):
+    def __init__(self, encoder: ImageEncoder, backbone: LanguageBackbone, projector: nn.Module):
         super().__init__()
         self.encoder = encoder
         self.backbone = backbone
@@ -177,14 +179,14 @@ def cut_at_stop(text: str, stop: list[str] | None) -> str:
 def build_vlm(cfg) -> VLM:
     """Encoder, backbone and projector from the run config (`cfg.encoder`, `cfg.backbone`, `cfg.projector`);
     with `cfg.lora.enabled` the backbone gets LoRA adapters (vlm/lora.py)."""
-    encoder = build_component(cfg.encoder)
-    backbone = build_component(cfg.backbone)
+    encoder: ImageEncoder = build_component(cfg.encoder)
+    backbone: LanguageBackbone = build_component(cfg.backbone)
     if cfg.get("lora") and cfg.lora.get("enabled"):
         from vlm.lora import apply_lora
 
         apply_lora(backbone, {k: v for k, v in cfg.lora.items() if k != "enabled"})
-    projector = build_component(cfg.projector)(encoder.embed_dim, backbone.hidden_size)
-    return VLM(encoder, backbone, projector)
+    make_projector: ProjectorFactory = build_component(cfg.projector)
+    return VLM(encoder, backbone, make_projector(encoder.embed_dim, backbone.hidden_size))
 
 
 def build_component(node):

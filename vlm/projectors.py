@@ -2,8 +2,8 @@
 
 `linear`; `mlp` = Linear(dv→d)–GELU–Linear(d→d) (HF Llava's projector);
 `fused_mlp` = Linear(dv→4dv)–GELU–Linear(4dv→d)–GELU–Linear(d→d) (Prismatic's
-projector for fused encoders). Built by Hydra as partials and completed with
-the encoder and backbone widths.
+projector for fused encoders). Built by Hydra as partials (`vlm.interfaces.ProjectorFactory`) and completed
+with the encoder and backbone widths.
 """
 
 from __future__ import annotations

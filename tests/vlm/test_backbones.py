@@ -1,7 +1,9 @@
-"""Language backbone families (tiny flavours of vlm/tiny_text.py): prompt formats, label masks, BOS and end-of-turn
-handling, generation prompts against the tokenizer's own chat template, the VLM's text forward against the HF model,
-and one training step of tiny_siglip × each backbone × the mlp projector."""
+"""Language backbone families (tiny flavours of vlm/tiny/text.py): label masks, BOS and end-of-turn handling against
+hand-written references (EXPECTED), and, for every tiny backbone config, generation prompts against the tokenizer's
+own chat template, the VLM's text forward against the HF model, and one training step of tiny_siglip × the backbone
+× the mlp projector."""
 
+import copy
 import math
 
 import pytest
@@ -10,14 +12,14 @@ from omegaconf import OmegaConf
 from PIL import Image
 from transformers import AutoModelForCausalLM
 
-from tests.conftest import compose_cfg
+from tests.conftest import composed, tiny_options
 from vlm.dataset import Collator
 from vlm.lightning import VLMModule
-from vlm.model import build_vlm
+from vlm.model import VLM, build_component
 from vlm.prompting import IGNORE_INDEX
 
-FAMILIES = ["tiny_llama3", "tiny_mistral", "tiny_phi", "tiny_qwen2", "tiny_gemma"]
-CHAT = ["tiny_llama3", "tiny_mistral", "tiny_qwen2", "tiny_gemma"]
+FAMILIES = tiny_options("backbone")
+CHAT = [name for name in FAMILIES if composed(f"backbone={name}").backbone.prompt_format == "chat_template"]
 Q1, Q2 = "What is the shape of the red object?", "Is the red object on the left or on the right?"
 CONVERSATION = [("human", f"<image>\n{Q1}"), ("gpt", "circle"), ("human", Q2), ("gpt", "left")]
 
@@ -54,15 +56,20 @@ EXPECTED = {
     ),
 }
 
-_VLMS: dict = {}
+@pytest.fixture(scope="module")
+def vlm_of(tiny_component):
+    """vlm_of(name): tiny_siglip × backbone `name` × a seeded mlp projector, copies of the session's tiny components,
+    built once per test module."""
+    built = {}
 
+    def get(name):
+        if name not in built:
+            enc, llm = (copy.deepcopy(tiny_component(g, o)) for g, o in (("encoder", "tiny_siglip"), ("backbone", name)))
+            torch.manual_seed(0)
+            built[name] = VLM(enc, llm, build_component(composed("projector=mlp").projector)(enc.embed_dim, llm.hidden_size))
+        return built[name]
 
-def vlm_of(name):
-    """tiny_siglip × `name` × mlp, built once per test module from the composed config."""
-    if name not in _VLMS:
-        torch.manual_seed(0)
-        _VLMS[name] = build_vlm(compose_cfg("encoder=tiny_siglip", f"backbone={name}", "projector=mlp"))
-    return _VLMS[name]
+    return get
 
 
 def trained_spans(ids, labels):
@@ -80,8 +87,8 @@ def messages(turns):
     return [{"role": "user" if r == "human" else "assistant", "content": t.replace("<image>\n", "")} for r, t in turns]
 
 
-@pytest.mark.parametrize("name", FAMILIES)
-def test_label_masks_train_exactly_the_answers_and_end_of_turn(name):
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_label_masks_train_exactly_the_answers_and_end_of_turn(vlm_of, name):
     tok, fmt = vlm_of(name).tokenizer, vlm_of(name).prompt_format
     text, spans, image_position, stops = EXPECTED[name]
     ids, labels = fmt.build(CONVERSATION)
@@ -95,7 +102,7 @@ def test_label_masks_train_exactly_the_answers_and_end_of_turn(name):
 
 
 @pytest.mark.parametrize("name", CHAT)
-def test_generation_prompt_is_the_tokenizers_chat_template(name):
+def test_generation_prompt_is_the_tokenizers_chat_template(vlm_of, name):
     tok, fmt = vlm_of(name).tokenizer, vlm_of(name).prompt_format
     prompt, _ = fmt.build(CONVERSATION[:1], generation=True)
     reference = tok.apply_chat_template(messages(CONVERSATION[:1]), add_generation_prompt=True)["input_ids"]
@@ -109,7 +116,7 @@ def test_generation_prompt_is_the_tokenizers_chat_template(name):
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_text_only_forward_equals_the_hf_model(name):
+def test_text_only_forward_equals_the_hf_model(vlm_of, name):
     model = vlm_of(name).eval()
     fmt = model.prompt_format
     rows = [fmt.build(CONVERSATION)[0], fmt.build(CONVERSATION[:2])[0]]
@@ -127,10 +134,10 @@ def test_text_only_forward_equals_the_hf_model(name):
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_one_training_step(name):
+def test_one_training_step(vlm_of, name):
     model = vlm_of(name)
-    cfg = compose_cfg(f"backbone={name}", "stage=finetune", "stage.phases.finetune.optim.lr=1e-3",
-                      "stage.phases.finetune.optim.warmup_ratio=0")
+    cfg = composed(f"backbone={name}", "stage=finetune", "stage.phases.finetune.optim.lr=1e-3",
+                   "stage.phases.finetune.optim.warmup_ratio=0")
     module = VLMModule(model, OmegaConf.to_container(cfg.stage.phases.finetune), total_steps=1)
     image = model.encoder.transform(Image.new("RGB", (64, 64), (200, 30, 30)))
     rows = [(CONVERSATION, image), (CONVERSATION[:2], None)]
@@ -157,7 +164,7 @@ def test_one_training_step(name):
 
 
 @pytest.mark.parametrize("name", ["tiny_llama3", "tiny_gemma"])
-def test_generation_stops_at_the_templates_end_of_turn(name):
+def test_generation_stops_at_the_templates_end_of_turn(vlm_of, name):
     """Llama-3 and Gemma end a turn with a token that is not EOS (<|eot_id|>, <end_of_turn>): generation stops on it."""
     model = vlm_of(name).eval()
     eot = model.prompt_format.end_of_turn_id

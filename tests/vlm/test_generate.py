@@ -1,9 +1,8 @@
 """Inference: stop strings, sampling parameters and seeds in `VLM.generate`, and the `scripts/chat.py` prompt."""
 
 import copy
-import os
-import subprocess
-import sys
+import importlib.util
+import io
 
 import pytest
 import torch
@@ -75,7 +74,14 @@ def test_sampling_parameters_reach_hf_generate(model, params):
         model.generate([IMAGE], PROMPTS[:1], **params)
 
 
-def test_chat_script_answers_each_line_and_switches_images(model, tmp_path):
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(f"scripts_{name}", ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_chat_script_answers_each_line_and_switches_images(model, tmp_path, monkeypatch, capsys):
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text(OmegaConf.to_yaml(compose_cfg(), resolve=True))
@@ -84,12 +90,11 @@ def test_chat_script_answers_each_line_and_switches_images(model, tmp_path):
     IMAGE.save(tmp_path / "red.png")
     Image.new("RGB", (64, 64), (0, 0, 255)).save(blue)
     lines = ["What is the shape of the red object?", f"/image {blue}", "And here?", "/image", "Hi", "/image nope.png", "Hi"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "chat.py"), str(run), "--image", str(tmp_path / "red.png"),
-                          "--max-new-tokens", "6"], input="\n".join(lines) + "\n", capture_output=True, text=True, env=env,
-                         timeout=120, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(lines) + "\n"))
+    load_script("chat").main([str(run), "--image", str(tmp_path / "red.png"), "--max-new-tokens", "6"])
+    out = capsys.readouterr()
     expected = [model.generate([im], [q], max_new_tokens=6)[0]
                 for im, q in [(IMAGE, lines[0]), (Image.open(blue).convert("RGB"), lines[2]), (None, "Hi"), (None, "Hi")]]
-    assert out.stdout == "".join(a + "\n" for a in expected)
-    assert "nope.png" in out.stderr and expected[0] != expected[1]
+    assert out.out == "".join(a + "\n" for a in expected)
+    assert "nope.png" in out.err and expected[0] != expected[1]

@@ -1,11 +1,13 @@
 """Tiny language backbones of each family: real local checkpoints with the family's own tokenizer quirks.
 
-Each writer trains a small BPE vocabulary with HF `tokenizers` on the same
-corpus as `tiny_llama`, builds the family's own transformers tokenizer class
-from it (so the family's pre-tokenizer, byte fallback and BOS handling apply),
-adds the family's special tokens and its chat template, and saves a small
-seeded-random model of the family's architecture with `save_pretrained`:
+Each writer trains a small BPE vocabulary with HF `tokenizers` on the shared
+corpus (vlm/tiny/corpus.py), builds the family's own transformers tokenizer
+class from it (so the family's pre-tokenizer, byte fallback and BOS handling
+apply), adds the family's special tokens and its chat template, and saves a
+small seeded-random model of the family's architecture with `save_pretrained`:
 
+- `tiny_llama`   LlamaForCausalLM (the demo's backbone, wider than the others);
+  byte-level BPE with `<s>`/`</s>`, an `[INST]` chat template, no pad token;
 - `tiny_llama3`  LlamaForCausalLM; byte-level BPE, `<|begin_of_text|>` added by
   the tokenizer, header tokens, `<|eot_id|>` ends a turn (eos stays
   `<|end_of_text|>`, as in the original Llama-3 release), no pad token;
@@ -18,9 +20,11 @@ seeded-random model of the family's architecture with `save_pretrained`:
   model vocabulary padded beyond the tokenizer's;
 - `tiny_gemma`   GemmaForCausalLM; `▁` BPE with byte fallback (GemmaTokenizer),
   `<bos>` added, `<start_of_turn>`/`<end_of_turn>` template, tied and
-  sqrt(hidden)-scaled embeddings.
-
-`vlm.tiny` registers these writers (`${tiny:tiny_qwen2}` etc.).
+  sqrt(hidden)-scaled embeddings;
+- `tiny_smollm2` LlamaForCausalLM as SmolLM2-Instruct ships it: byte-level BPE
+  (GPT2Tokenizer) with `<|endoftext|>`, `<|im_start|>`, `<|im_end|>` as ids 0-2,
+  no BOS added, ChatML template with SmolLM's default system turn, eos = pad =
+  `<|im_end|>`, tied embeddings.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from transformers import (
     GemmaConfig,
     GemmaForCausalLM,
     GemmaTokenizer,
+    GPT2Tokenizer,
     LlamaConfig,
     LlamaForCausalLM,
     LlamaTokenizer,
@@ -48,10 +53,20 @@ from transformers import (
     Qwen2Tokenizer,
 )
 
+from vlm.tiny.corpus import chat_corpus, corpus
+
 VOCAB = 800
 BYTES = [f"<0x{i:02X}>" for i in range(256)]  # SentencePiece byte-fallback pieces
+LLAMA_ARGS = dict(hidden_size=192, intermediate_size=512, num_hidden_layers=3, num_attention_heads=4,
+                  num_key_value_heads=4, max_position_embeddings=1024, tie_word_embeddings=False,
+                  initializer_range=0.07)  # ~1/sqrt(hidden_size); see docs/demo_recipe.md
+LLAMA_VOCAB = 1000
 SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=1024)
 
+LLAMA_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
+    "{% else %} {{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}"
+)
 LLAMA3_TEMPLATE = (  # meta-llama/Meta-Llama-3-8B-Instruct
     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
     "message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
@@ -71,6 +86,12 @@ QWEN2_TEMPLATE = (  # Qwen/Qwen2-7B-Instruct
     "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+SMOLLM2_TEMPLATE = (  # HuggingFaceTB/SmolLM2-1.7B-Instruct
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 GEMMA_TEMPLATE = (  # google/gemma-2b-it
     "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
     "{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
@@ -79,13 +100,6 @@ GEMMA_TEMPLATE = (  # google/gemma-2b-it
     "{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}"
 )
-
-
-def _corpus() -> list[str]:
-    from vlm.tiny import _corpus as base_corpus  # late import: vlm.tiny imports this module
-
-    roles = ["system", "user", "assistant", "model", "You are a helpful assistant.", "Input: \nOutput:"]
-    return base_corpus() + roles * 4
 
 
 def _train_bpe(special: list[str], byte_level: bool) -> tuple[dict[str, int], list[tuple[str, str]]]:
@@ -100,7 +114,7 @@ def _train_bpe(special: list[str], byte_level: bool) -> tuple[dict[str, int], li
         alphabet, special = [], special + BYTES
     trainer = trainers.BpeTrainer(vocab_size=VOCAB + len(special), special_tokens=special, initial_alphabet=alphabet,
                                   show_progress=False)
-    tok.train_from_iterator(_corpus(), trainer=trainer)
+    tok.train_from_iterator(chat_corpus(), trainer=trainer)
     model = json.loads(tok.to_str())["model"]
     return model["vocab"], [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
 
@@ -113,6 +127,21 @@ def _save(out: Path, tokenizer, config_cls, model_cls, **config) -> None:
 
 def _padded(n: int, multiple: int = 64) -> int:
     return -(-n // multiple) * multiple
+
+
+def write_tiny_llama(out: Path) -> None:
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=LLAMA_VOCAB, special_tokens=["<unk>", "<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(corpus(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    fast.chat_template = LLAMA_TEMPLATE  # no pad token on purpose: like Llama-2, the backbone adds one
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(fast), bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, **LLAMA_ARGS)
+    LlamaForCausalLM(config).save_pretrained(out)
+    fast.save_pretrained(out)
 
 
 def write_tiny_llama3(out: Path) -> None:
@@ -168,10 +197,23 @@ def write_tiny_gemma(out: Path) -> None:
           pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
 
 
-TEXT_WRITERS = {
+def write_tiny_smollm2(out: Path) -> None:
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    vocab, merges = _train_bpe(special, byte_level=True)
+    tok = GPT2Tokenizer(vocab=vocab, merges=merges, unk_token="<|endoftext|>", bos_token="<|im_start|>",
+                        eos_token="<|im_end|>", pad_token="<|im_end|>", additional_special_tokens=special[1:])
+    tok.chat_template = SMOLLM2_TEMPLATE
+    _save(out, tok, LlamaConfig, LlamaForCausalLM, vocab_size=len(tok), num_key_value_heads=2, rope_theta=100000.0,
+          tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+          pad_token_id=tok.pad_token_id)
+
+
+WRITERS = {
+    "tiny_llama": write_tiny_llama,
     "tiny_llama3": write_tiny_llama3,
     "tiny_mistral": write_tiny_mistral,
     "tiny_phi": write_tiny_phi,
     "tiny_qwen2": write_tiny_qwen2,
     "tiny_gemma": write_tiny_gemma,
+    "tiny_smollm2": write_tiny_smollm2,
 }
