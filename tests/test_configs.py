@@ -61,7 +61,12 @@ def test_every_option_composes(group, option):
     for missing in required_keys(OmegaConf.to_container(cfg, resolve=False)):  # e.g. data=llava's json; any value will do
         OmegaConf.update(cfg, missing, "x")
     OmegaConf.resolve(cfg)
-    assert OmegaConf.select(cfg, key.split("@")[-1] if "@" in key else group) is not None
+    if (CONF / group / f"{option}.yaml").read_text().startswith("# @package _global_"):  # no node of its own
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            hydra_cfg = compose(config_name=config, overrides=[*overrides, f"{key}={option}"], return_hydra_config=True)
+        assert hydra_cfg.hydra.runtime.choices[key] == option
+    else:
+        assert OmegaConf.select(cfg, key.split("@")[-1] if "@" in key else group) is not None
 
 
 def check_encoder(encoder):

@@ -195,3 +195,14 @@ def test_fused_encoder_trains_end_to_end_through_the_data_path(small_cfg, tmp_pa
         rows = [r for r in csv.DictReader(f) if r.get("train/loss")]
     assert [int(r["step"]) for r in rows] == [0, 1]
     assert all(torch.isfinite(torch.tensor(float(r["train/loss"]))) and float(r["perf/tokens_per_sec_per_device"]) > 0 for r in rows)
+
+
+def test_writing_a_tiny_checkpoint_leaves_the_callers_random_state_alone(tmp_path):
+    """A run's initialisation must not depend on whether the tiny cache existed (writers seed torch themselves)."""
+    from vlm.tiny import ensure_tiny
+
+    torch.manual_seed(123)
+    expected = torch.rand(4)
+    torch.manual_seed(123)
+    ensure_tiny("tiny_siglip", root=tmp_path)  # a first write
+    assert torch.equal(torch.rand(4), expected)

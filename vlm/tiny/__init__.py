@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from data.atomic import atomic_directory, write_json
 from data.cache import cache_root
 from vlm.tiny.text import WRITERS as TEXT_WRITERS
@@ -26,12 +28,13 @@ WRITERS = {**VISION_WRITERS, **TEXT_WRITERS}
 
 
 def ensure_tiny(name: str, root: Path | None = None) -> Path:
-    """Folder of the tiny checkpoint `name`, written (atomically) on first use."""
+    """Folder of the tiny checkpoint `name`, written (atomically) on first use. Writing seeds its own RNG
+    inside `torch.random.fork_rng`: whether the cache existed never changes the caller's random state."""
     if name not in WRITERS:
         raise ValueError(f"unknown tiny flavour {name!r}; choose from {sorted(WRITERS)}")
     out = (root or cache_root()) / "tiny" / f"{name}-v{VERSION}"
     if not (out / "done.json").exists():
-        with atomic_directory(out) as tmp:
+        with atomic_directory(out) as tmp, torch.random.fork_rng(devices=[]):
             WRITERS[name](tmp)
             write_json(tmp / "done.json", {"name": name, "version": VERSION})
     return out
