@@ -24,7 +24,7 @@ demo-behavior: $(STAMP)
 	$(BIN)/python scripts/demo_behavior.py
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto   # one worker per core (pytest-xdist)
 
 clean:
 	rm -rf $(VENV)

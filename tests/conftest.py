@@ -7,8 +7,9 @@ model id is a tiny flavour (`tiny:NAME`) from one that loads from a hub; the
 `tiny_component` fixture builds a tiny component once per session.
 
 Tiny checkpoints and the small Sort-of-CLEVR dataset are written once per test
-session into a temporary cache (`REFRACT_CACHE`), through the same code paths a
-user's first run takes.
+session (per worker under pytest-xdist, `make test` runs one per core) into a
+temporary cache (`REFRACT_CACHE`), through the same code paths a user's first
+run takes.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-os.environ.setdefault("REFRACT_CACHE", tempfile.mkdtemp(prefix="refract-test-cache-"))
+if "PYTEST_XDIST_WORKER" in os.environ or "REFRACT_CACHE" not in os.environ:  # one cache per pytest-xdist worker
+    os.environ["REFRACT_CACHE"] = tempfile.mkdtemp(prefix="refract-test-cache-")
 os.environ["HF_HUB_OFFLINE"] = "1"  # tests never reach a hub
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
