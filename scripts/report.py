@@ -12,9 +12,10 @@ not run directories are skipped with a note.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
+
+from data.atomic import read_json
 
 MAIN_METRIC = {"pope": "f1"}  # every other benchmark: "accuracy"
 
@@ -33,7 +34,7 @@ def collect(run_dirs: list[Path]) -> tuple[list[str], list[str], dict[tuple[str,
             continue
         name = d.name if d.name not in runs else str(d)  # two runs of the same name in different folders
         runs.append(name)
-        data = json.loads(results.read_text()) if results.exists() else {}
+        data = read_json(results, default={})
         for bench, metrics in (data.get("benchmarks") or {}).items():
             if bench not in benchmarks:
                 benchmarks.append(bench)

@@ -37,7 +37,7 @@ from transformers import (AutoConfig, AutoModel, AutoProcessor, AutoTokenizer, C
                           LlavaForConditionalGeneration, LlavaImageProcessor, LlavaProcessor, SiglipVisionConfig)
 from transformers.image_utils import PILImageResampling
 
-from data.atomic import atomic_directory
+from data.atomic import atomic_directory, read_json
 
 IMAGE_TOKEN = "<image>"
 TANH_GELU = {"gelu_pytorch_tanh", "gelu_new"}
@@ -289,7 +289,7 @@ def _write(model, spec: dict, stage: Path, image_strategy: str, dtype: torch.dty
     processor.save_pretrained(stage)
     # transformers does not save padding_side; without it batched HF generation would right-pad the prompts
     tok_config = stage / "tokenizer_config.json"
-    tok_config.write_text(json.dumps({**json.loads(tok_config.read_text()), "padding_side": "left"}, indent=2))
+    tok_config.write_text(json.dumps({**read_json(tok_config), "padding_side": "left"}, indent=2))
     verify_processor(model, stage, image_id, num_patches, image_strategy)
 
 
@@ -334,7 +334,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, dtype: torch.dtype = to
 # --- import ---------------------------------------------------------------------------------------
 def is_hf_llava(path: str | Path) -> bool:
     config = Path(path) / "config.json"
-    return config.exists() and json.loads(config.read_text()).get("model_type") == "llava"
+    return config.exists() and read_json(config).get("model_type") == "llava"
 
 
 def load_hf_llava(model, path: str | Path) -> None:

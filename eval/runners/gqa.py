@@ -5,9 +5,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from data.atomic import read_json
 from eval.runners.base import Item, Runner
 
 
@@ -16,7 +16,7 @@ class GQA(Runner):
     `{imageId}.jpg`; official predictions `[{"questionId", "prediction"}]`."""
 
     def items(self, run_dir: Path) -> list[Item]:
-        data = json.loads(self.path("annotations").read_text())
+        data = read_json(self.path("annotations"))
         return [Item(str(qid), self.image_path(f"{q['imageId']}.jpg"), q["question"] + self.prompt_suffix,
                      meta={"raw": q}) for qid, q in data.items()]
 

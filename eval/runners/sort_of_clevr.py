@@ -9,12 +9,12 @@ config, or `benchmark.root/test.json` when given.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from data.sources import resolve
+from data.atomic import read_json
 from eval.runners.base import Item, Runner
 
 
@@ -42,7 +42,7 @@ class SortOfClevr(Runner):
         if not test_path.is_file():
             raise FileNotFoundError(f"{test_path} not found: benchmark.root must be a generated Sort-of-CLEVR folder")
         return [Item(str(q["id"]), image_root / q["image"], q["question"] + self.prompt_suffix, meta={"raw": q})
-                for q in json.loads(test_path.read_text())]
+                for q in read_json(test_path)]
 
     def official(self, item, answer):
         return {"id": item.meta["raw"]["id"], "answer": answer}

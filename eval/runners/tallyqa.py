@@ -5,9 +5,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from data.atomic import read_json
 from eval.runners.base import Item, Runner
 
 
@@ -16,6 +16,6 @@ class TallyQA(Runner):
     the images folder (e.g. `VG_100K/2410408.jpg`, `val2014/COCO_val2014_000000000042.jpg`)."""
 
     def items(self, run_dir: Path) -> list[Item]:
-        data = json.loads(self.path("annotations").read_text())
+        data = read_json(self.path("annotations"))
         return [Item(str(d["question_id"]), self.image_path(d["image"]), d["question"] + self.prompt_suffix,
                      meta={"question_id": d["question_id"], "raw": d}) for d in data]

@@ -9,9 +9,9 @@ Scored by `eval.scorers.vqa`.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from data.atomic import read_json
 from eval.runners.base import Item, Runner
 
 
@@ -22,7 +22,7 @@ class VQAv2(Runner):
     subset_of, subset_name = "questions", "questions.json"
 
     def items(self, run_dir: Path) -> list[Item]:
-        questions = json.loads(self.path("questions").read_text())["questions"]
+        questions = read_json(self.path("questions"))["questions"]
         pattern = self.settings.get("image_name", "COCO_val2014_{image_id:012d}.jpg")
         return [Item(str(q["question_id"]), self.image_path(pattern.format(image_id=int(q["image_id"]))),
                      q["question"] + self.prompt_suffix, meta={"question_id": q["question_id"], "raw": q})
@@ -40,7 +40,7 @@ class TextVQA(Runner):
     `{image_id}.jpg`. OCR tokens are not put in the prompt."""
 
     def items(self, run_dir: Path) -> list[Item]:
-        data = json.loads(self.path("annotations").read_text())["data"]
+        data = read_json(self.path("annotations"))["data"]
         return [Item(str(d["question_id"]), self.image_path(f"{d['image_id']}.jpg"), d["question"] + self.prompt_suffix,
                      meta={"question_id": d["question_id"], "raw": d}) for d in data]
 
@@ -52,7 +52,7 @@ class VizWiz(Runner):
     """`val.json` (list of {image, question, answers}); questions are named by their image file."""
 
     def items(self, run_dir: Path) -> list[Item]:
-        data = json.loads(self.path("annotations").read_text())
+        data = read_json(self.path("annotations"))
         return [Item(d["image"], self.image_path(d["image"]), d["question"] + self.prompt_suffix, meta={"raw": d})
                 for d in data]
 
