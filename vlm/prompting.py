@@ -6,7 +6,7 @@ label mask lines up with the tokens by construction (no "tokenization
 mismatch" can silently zero a sample). Labels are -100 on BOS, the system
 prompt and user turns; assistant tokens and their end-of-turn token are kept.
 
-Formats (`backbone.prompt_format`):
+Formats (`backbone.prompt_format` names one of conf/prompt_format/*.yaml, whose `_target_` is the class):
 - `base`: `<s>In: {q}\\nOut: {a}</s>` per turn (base LMs, Prismatic's "pure" prompt);
 - `vicuna`: Vicuna v1.5's system line, then ` USER: {q} ASSISTANT: {a}</s>`;
 - `chat_template`: the tokenizer's own chat template (instruct models); the
@@ -32,6 +32,10 @@ in front of. `build_with_images` picks between the two by the image count.
 from __future__ import annotations
 
 import re
+
+from hydra.utils import instantiate
+
+from core.conf import group_option
 
 IGNORE_INDEX = -100
 IMAGE_PLACEHOLDER = re.compile(r"\s*<image>\s*")
@@ -216,10 +220,10 @@ class ChatTemplateFormat(PromptFormat):
         return self._image_position
 
 
-FORMATS = {"base": BaseFormat, "vicuna": VicunaFormat, "chat_template": ChatTemplateFormat}
-
-
 def build_prompt_format(name: str, tokenizer) -> PromptFormat:
-    if name not in FORMATS:
-        raise ValueError(f"unknown prompt_format {name!r}; choose from {sorted(FORMATS)}")
-    return FORMATS[name](tokenizer)
+    """The format of conf/prompt_format/NAME.yaml (its `_target_`) for `tokenizer`."""
+    node = group_option("prompt_format", name)
+    fmt = instantiate(node, tokenizer=tokenizer)
+    if not isinstance(fmt, PromptFormat):
+        raise TypeError(f"conf/prompt_format/{name}.yaml: _target_={node._target_} is not a vlm.prompting.PromptFormat")
+    return fmt

@@ -25,6 +25,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from core.conf import group_option, group_options
 from data.atomic import read_json
 
 from .base import CLUSTER, CONFIG_FILE, KINDS, PER_VECTOR, SEQUENCE, ActionTokenizer
@@ -35,7 +36,6 @@ from .quantile import QuantileTokenizer
 from .residual_vq import ResidualVQTokenizer
 from .uniform import UniformTokenizer
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "conf" / "tokenizer"
 #: keys of a conf/tokenizer YAML that configure the run, not the tokenizer class
 CONFIG_SETTINGS = ("name", "chunk_size")
 PACKAGE = __name__
@@ -43,15 +43,12 @@ PACKAGE = __name__
 
 def config_names() -> list[str]:
     """The tokenizer configs available, i.e. the stems of conf/tokenizer/*.yaml."""
-    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+    return group_options("tokenizer")
 
 
 def tokenizer_config(name: str, **overrides) -> dict:
     """conf/tokenizer/NAME.yaml as a dict, with `overrides` merged in."""
-    path = CONFIG_DIR / f"{name}.yaml"
-    if not path.exists():
-        raise ValueError(f"unknown tokenizer {name!r}: no {path}; choose from {config_names()}")
-    node = OmegaConf.merge(OmegaConf.load(path), overrides)
+    node = OmegaConf.merge(group_option("tokenizer", name), overrides)
     return OmegaConf.to_container(node, resolve=True)
 
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from vlm.prompting import IGNORE_INDEX, VICUNA_SYSTEM, build_prompt_format
+from core.conf import group_options
+from vlm.prompting import IGNORE_INDEX, VICUNA_SYSTEM, PromptFormat, build_prompt_format
 
 CONVERSATION = [
     ("human", "<image>\nWhat is the shape of the red object?"),
@@ -74,3 +75,12 @@ def test_generation_prompt_is_the_training_prefix(tokenizer):
 def test_unknown_format_lists_choices(tokenizer):
     with pytest.raises(ValueError, match="choose from"):
         build_prompt_format("alpaca", tokenizer)
+
+
+@pytest.mark.parametrize("name", group_options("prompt_format"))
+def test_every_prompt_format_config_builds_a_format_that_trains_only_the_answers(tokenizer, name):
+    fmt = build_prompt_format(name, tokenizer)
+    assert isinstance(fmt, PromptFormat)
+    ids, labels = fmt.build(CONVERSATION)
+    trained = tokenizer.decode(split_by_mask(ids, labels))
+    assert "circle" in trained and "left" in trained and "shape" not in trained
