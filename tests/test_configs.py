@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from hydra.utils import get_class
+from hydra.utils import get_object
 from omegaconf import OmegaConf
 from PIL import Image
 
@@ -59,8 +59,8 @@ def test_groups_are_found_from_the_conf_directory():
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in config_options(g)])
 def test_every_option_composes(group, option):
-    if choice_key(group) is None:  # read by name (core.conf.group_option): its _target_ must name a class
-        assert isinstance(get_class(group_option(group, option)._target_), type)
+    if choice_key(group) is None:  # read by name (core.conf.group_option): its _target_ must name a class or function
+        assert callable(get_object(group_option(group, option)._target_))
         return
     config, overrides, key = choice_key(group)
     cfg = copy.deepcopy(composed(*overrides, f"{key}={option}", config=config))

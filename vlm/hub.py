@@ -33,12 +33,12 @@ def resolve_tiny(model_id: str, config_key: str, folder_scheme: str = "") -> str
     open_clip name a folder `local-dir:PATH`, transformers a plain path); any other id unchanged."""
     if not model_id.startswith(TINY_PREFIX):
         return model_id
-    from vlm.tiny import WRITERS, ensure_tiny  # imported on use: the writers import every model library
+    from vlm.tiny import ensure_tiny, flavours  # imported on use: the writers import every model library
 
     name = model_id.removeprefix(TINY_PREFIX)
-    if name not in WRITERS:
+    if name not in flavours():
         raise ComponentLoadError(f"unknown tiny flavour {name!r} in {config_key}={model_id}\n"
-                                 f"  fix: choose one of {', '.join(f'{TINY_PREFIX}{n}' for n in sorted(WRITERS))}")
+                                 f"  fix: choose one of {', '.join(f'{TINY_PREFIX}{n}' for n in flavours())}")
     return f"{folder_scheme}{ensure_tiny(name)}"
 
 

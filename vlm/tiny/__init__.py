@@ -6,9 +6,10 @@ on first load in `$REFRACT_CACHE/tiny/NAME-vVERSION/` (default
 `~/.cache/refract/tiny/`) and reused afterwards. Composing, resolving or
 hashing a config writes nothing.
 
-The writers, one dict per modality: vlm/tiny/vision.py (timm and open_clip
-image encoders), vlm/tiny/text.py (transformers language backbones), both
-trained or initialised from the shared corpus (vlm/tiny/corpus.py) and seeded.
+Each flavour is registered by conf/tiny/NAME.yaml, whose `_target_` is its
+writer: vlm/tiny/vision.py (timm and open_clip image encoders) or
+vlm/tiny/text.py (transformers language backbones), seeded, with tokenizers
+trained on the shared corpus (vlm/tiny/corpus.py).
 `python -m vlm.tiny` writes them all.
 """
 
@@ -17,24 +18,27 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from hydra.utils import instantiate
 
+from core.conf import group_option, group_options
 from data.atomic import atomic_directory, write_json
 from data.cache import cache_root
-from vlm.tiny.text import WRITERS as TEXT_WRITERS
-from vlm.tiny.vision import WRITERS as VISION_WRITERS
 
 VERSION = 3
-WRITERS = {**VISION_WRITERS, **TEXT_WRITERS}
+
+
+def flavours() -> list[str]:
+    """The tiny flavours: one conf/tiny/NAME.yaml each, whose `_target_` is the function writing the checkpoint."""
+    return group_options("tiny")
 
 
 def ensure_tiny(name: str, root: Path | None = None) -> Path:
     """Folder of the tiny checkpoint `name`, written (atomically) on first use. Writing seeds its own RNG
     inside `torch.random.fork_rng`: whether the cache existed never changes the caller's random state."""
-    if name not in WRITERS:
-        raise ValueError(f"unknown tiny flavour {name!r}; choose from {sorted(WRITERS)}")
+    writer = group_option("tiny", name)  # ValueError naming the choices for an unknown flavour
     out = (root or cache_root()) / "tiny" / f"{name}-v{VERSION}"
     if not (out / "done.json").exists():
         with atomic_directory(out) as tmp, torch.random.fork_rng(devices=[]):
-            WRITERS[name](tmp)
+            instantiate(writer, out=tmp)
             write_json(tmp / "done.json", {"name": name, "version": VERSION})
     return out

@@ -1,6 +1,6 @@
 """`python -m vlm.tiny`: write every tiny checkpoint (if missing) and print where it is."""
 
-from vlm.tiny import WRITERS, ensure_tiny
+from vlm.tiny import ensure_tiny, flavours
 
-for flavour in WRITERS:
+for flavour in flavours():
     print(flavour, ensure_tiny(flavour))

@@ -206,14 +206,3 @@ def write_tiny_smollm2(out: Path) -> None:
     _save(out, tok, LlamaConfig, LlamaForCausalLM, vocab_size=len(tok), num_key_value_heads=2, rope_theta=100000.0,
           tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
           pad_token_id=tok.pad_token_id)
-
-
-WRITERS = {
-    "tiny_llama": write_tiny_llama,
-    "tiny_llama3": write_tiny_llama3,
-    "tiny_mistral": write_tiny_mistral,
-    "tiny_phi": write_tiny_phi,
-    "tiny_qwen2": write_tiny_qwen2,
-    "tiny_gemma": write_tiny_gemma,
-    "tiny_smollm2": write_tiny_smollm2,
-}

@@ -116,12 +116,3 @@ def write_tiny_open_clip(out: Path) -> None:
 
 def write_tiny_open_clip_convnext(out: Path) -> None:
     _write_open_clip(out, OPEN_CLIP_CONVNEXT_CFG)
-
-
-WRITERS = {
-    "tiny_siglip": write_tiny_siglip,
-    "tiny_clip": write_tiny_clip,
-    "tiny_dinov2": write_tiny_dinov2,
-    "tiny_open_clip": write_tiny_open_clip,
-    "tiny_open_clip_convnext": write_tiny_open_clip_convnext,
-}
