@@ -112,6 +112,36 @@ def micro_batch(cfg: DictConfig, phase: DictConfig, world_size: int) -> tuple[in
     return micro, accumulate
 
 
+class RecipeError(ValueError):
+    """A recipe that does not fit the components it was given; the message says what to choose instead."""
+
+
+def print_recipe(cfg: DictConfig) -> None:
+    """What the run resolved to, before anything loads: the recipe's phases and the data."""
+    phases = ", ".join(f"{p.name} (trains {'+'.join(p.trainable)}, lr {p.optim.lr:g}, batch {p.global_batch_size}, "
+                       f"{p.get('max_steps') or str(p.get('epochs', 1)) + ' epoch(s)'})" for p in cfg.stage.phases.values())
+    data = cfg.get("data")
+    console.print(f"[bold]recipe[/] {cfg.stage.name}: {phases}" + (f"; [bold]data[/] {data.name}" if data else ""))
+
+
+def refuse_oversized_parts(model: torch.nn.Module, stage: DictConfig) -> None:
+    """A phase may cap the size of each part it trains (`max_part_params`: the demo recipe is meant for the tiny
+    flavours); a larger part stops the run before training, unless `stage.allow_large=true`."""
+    if stage.get("allow_large"):
+        return
+    for phase in stage.phases.values():
+        cap = phase.get("max_part_params")
+        for part in phase.trainable if cap else ():
+            size = sum(p.numel() for p in getattr(model, part).parameters())
+            if size > cap:
+                raise RecipeError(
+                    f"stage={stage.name} trains the {part} ({size / 1e6:.0f}M parameters) at lr {phase.optim.lr:g} in phase "
+                    f"{phase.name}: it is the CPU demo's recipe, meant for the tiny flavours (at most {cap / 1e6:.0f}M "
+                    "parameters per part), which a tiny encoder or backbone in the command selects. Use real components "
+                    "for both, or name a paper recipe (stage=single_stage, experiment=llava_v15_7b: docs/recipes.md); "
+                    "to run it anyway, add stage.allow_large=true")
+
+
 def train(cfg: DictConfig) -> dict:
     """Train every phase of the recipe (resuming where a previous run of the same command stopped)."""
     task = build_task(cfg)
@@ -129,8 +159,11 @@ def train(cfg: DictConfig) -> dict:
     last_ckpt = run_dir / "checkpoints" / "last.ckpt"
     weights = run_dir / "model.safetensors"
 
+    if main:
+        print_recipe(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     model = task.build_model(cfg, run_dir)
+    refuse_oversized_parts(model, cfg.stage)
     if cfg.trainer.get("fp8", False):
         from core.fp8 import apply_fp8
 

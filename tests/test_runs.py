@@ -166,7 +166,7 @@ def test_real_encoder_without_network_fails_fast_with_a_clear_message(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens there: the hub is unreachable
     env["HF_HOME"] = str(tmp_path / "hf")  # an empty hub cache
-    proc = subprocess.run([sys.executable, "train.py", "encoder=siglip", "backbone=llama", "logger=csv", f"run.root={tmp_path}"],
+    proc = subprocess.run([sys.executable, "train.py", "encoder=siglip", "backbone=llama", "data=sort_of_clevr", "logger=csv", f"run.root={tmp_path}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 1
     assert "timm/vit_so400m_patch14_siglip_224.webli" in proc.stderr and "encoder.model_id=" in proc.stderr
