@@ -88,8 +88,9 @@ def require_files(data_cfg, splits: Iterable[str] | dict) -> None:
                         f"({sorted(data_cfg.splits)}); fix the phase's `data` or the data config")
     source = resolve(data_cfg)
     prepare = data_cfg.get("prepare")
-    fix = (f"prepare it with: {prepare}" + (" (or point data.root at an existing copy)" if data_cfg.get("root") else "")
-           if prepare else "set data.json / data.image_root (or data.splits) to existing paths"
+    fix = "set data.json / data.image_root (or data.splits) to existing paths"
+    if prepare:
+        fix = f"prepare it with: {prepare}" + (" (or point data.root at an existing copy)" if data_cfg.get("root") else "")
     for name in names:
         for src in source.splits[name]:
             for kind, path, ok in (("file", src.json, src.json.is_file()), ("image folder", src.image_root, src.image_root.is_dir())):
