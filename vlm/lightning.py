@@ -14,7 +14,7 @@ backbone's) is the format this phase's data is tokenized with (e.g. `plain` for
 LLaVA-1.5's stage 1); generation and evaluation keep the backbone's.
 `data.max_turns` splits long conversations into samples
 of at most that many question/answer pairs (each keeps the image).
-`data.group_by_length` makes each micro-batch hold samples of one image count
+`data.group_by_length` (or a phase's own `group_by_length`) makes each micro-batch hold samples of one image count
 and similar spliced length (core.data.GroupedStreamSampler; less padding).
 
 LoRA (`lora.enabled`): the backbone carries peft adapters (vlm/lora.py); a
@@ -154,13 +154,17 @@ class VLMTask:
 
     def build_datamodule(self, cfg: DictConfig, phase: DictConfig, model: VLM, run_dir: Path,
                          micro_batch_size: int, seed: int) -> VLMDataModule:
-        """The phase's splits (with their weights), tokenized with `phase.prompt_format` (null: the backbone's)."""
+        """The phase's splits (with their weights), tokenized with `phase.prompt_format` (null: the backbone's);
+        `phase.group_by_length` (null: `data.group_by_length`) groups micro-batches by modality and length."""
         splits = dict(phase.data) if isinstance(phase.data, DictConfig) else {name: 1.0 for name in phase.data}
         name = phase.get("prompt_format")
         fmt = build_prompt_format(name, model.tokenizer) if name else None
+        group_by_length = phase.get("group_by_length")  # a phase may set it (LLaVA-1.5: stage 2 only); else the data's
+        if group_by_length is None:
+            group_by_length = cfg.data.get("group_by_length", False)
         return VLMDataModule(resolve(cfg.data), splits, model, micro_batch_size, seed,
                              skip_bad=bool(cfg.data.get("skip_bad", False)), num_workers=int(cfg.data.get("num_workers", 0)),
-                             max_turns=cfg.data.get("max_turns"), group_by_length=bool(cfg.data.get("group_by_length", False)),
+                             max_turns=cfg.data.get("max_turns"), group_by_length=bool(group_by_length),
                              prompt_format=fmt)
 
     def build_module(self, cfg: DictConfig, phase: DictConfig, model: VLM, total_steps: int) -> VLMModule:

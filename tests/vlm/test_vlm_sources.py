@@ -35,9 +35,9 @@ def layout(tmp_path):
     return root
 
 
-def datamodule(model, root, data, prompt_format=None):
+def datamodule(model, root, data, prompt_format=None, **phase_keys):
     cfg = compose_cfg("data=llava_v15", f"data.root={root}", "data.num_workers=0")
-    phase = OmegaConf.create({"name": "p", "data": data, "prompt_format": prompt_format})
+    phase = OmegaConf.create({"name": "p", "data": data, "prompt_format": prompt_format, **phase_keys})
     dm = VLMTask().build_datamodule(cfg, phase, model, root, micro_batch_size=2, seed=0)
     dm.setup()
     return dm
@@ -80,3 +80,9 @@ def test_text_only_row_in_an_image_batch_equals_the_record_alone(layout, tiny_vl
     assert labels[1, :n].tolist() == data.samples[1].labels and (labels[1, n:] == -100).all()
     want = [i for i, label in zip(data.samples[1].input_ids, data.samples[1].labels) if label != -100]
     assert tiny_vlm.tokenizer.decode(want) == " hi there</s>"
+
+
+def test_a_phase_may_group_by_length_when_the_data_does_not(layout, tiny_vlm):
+    assert not datamodule(tiny_vlm, layout, {"instruct": 1}).group_by_length  # data.group_by_length: false
+    grouped = datamodule(tiny_vlm, layout, {"instruct": 1}, group_by_length=True)
+    assert grouped.group_by_length and grouped.group_keys == [1, 0, 1]
