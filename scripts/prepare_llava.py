@@ -110,8 +110,7 @@ def download(url: str, dest: Path, chunk: int = 1 << 20) -> Path:
             done = 0
         total = int(r.headers.get("content-length", 0)) + done
         with open(part, "ab" if done else "wb") as f:
-            for block in track(r.iter_content(chunk), f"downloading {dest.name}", total=total // chunk + 1 if total else None):
-                f.write(block)
+            f.writelines(track(r.iter_content(chunk), f"downloading {dest.name}", total=total // chunk + 1 if total else None))
     part.rename(dest)
     return dest
 

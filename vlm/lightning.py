@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+
 import torch
 from omegaconf import DictConfig
 from rich.console import Console

@@ -106,7 +106,10 @@ def test_plain_format_is_llavas_conv_llava_plain(tokenizer):
     image's patches where LLaVA's IMAGE_TOKEN_INDEX is, so its ids are LLaVA's without that one entry."""
     tok = tokenizer
     bos = tok.bos_token_id
-    with_bos = lambda text: [bos] + enc(tok, text)  # noqa: E731
+
+    def with_bos(text):
+        return [bos] + enc(tok, text)
+
     human, caption = "Give a brief description of the image.\n<image>", "a red circle left of a blue square"
     prompt = "<image>" + caption + "\n"  # the human text is dropped
     llava_ids = llava_tokenizer_image_token(prompt, with_bos, bos)
