@@ -14,6 +14,7 @@ from vlm.dataset import Collator
 from vlm.lightning import VLMTask
 from vlm.prompting import build_prompt_format
 
+
 @pytest.fixture
 def layout(tmp_path):
     """LLaVA's playground/data in small: LCS captions under LLaVA-Pretrain/images, mix665k records under ROOT
