@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from PIL import Image
@@ -82,8 +83,12 @@ def check_placeholders(conversations: list[dict], num_images: int) -> str | None
             f"put exactly one {IMAGE_TOKEN} per image where it belongs")
 
 
-def load_llava(json_path: str | Path, image_root: str | Path, skip_bad: bool = False) -> tuple[list[dict], Counter]:
-    """Valid records of a LLaVA JSON file, and the count of skipped records by reason."""
+def load_llava(json_path: str | Path, image_root: str | Path, skip_bad: bool = False,
+               progress: Callable[..., Iterable] | None = None) -> tuple[list[dict], Counter]:
+    """Valid records of a LLaVA JSON file, and the count of skipped records by reason.
+
+    `progress(iterable, description, total=...)` wraps the validation loop (e.g. `core.progress.track`; this package does
+    not import the core)."""
     json_path, image_root = Path(json_path), Path(image_root)
     try:
         data = json.loads(json_path.read_text())
@@ -95,7 +100,10 @@ def load_llava(json_path: str | Path, image_root: str | Path, skip_bad: bool = F
         raise DataError(f"{json_path}: expected a JSON list of records, found a {type(data).__name__}; "
                         "LLaVA files are [{\"id\", \"image\", \"conversations\": [...]}, ...]")
     records, skipped = [], Counter()
-    for index, record in enumerate(data):
+    rows = enumerate(data)
+    if progress is not None:
+        rows = progress(rows, f"validating {json_path.name}", total=len(data))
+    for index, record in rows:
         problem = check_record(record, image_root)
         if problem is None:
             records.append(record)

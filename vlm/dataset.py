@@ -15,6 +15,7 @@ stacks all the images of a batch in row order and pads the positions with -1.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,15 +42,16 @@ class Sample:
 
 
 def tokenize_records(records: list[dict], prompt_format, image_root: Path, max_length: int, num_patches: int,
-                     max_turns: int | None = None) -> tuple[list[Sample], Counter]:
+                     max_turns: int | None = None, progress: Callable[..., Iterable] | None = None) -> tuple[list[Sample], Counter]:
     """Samples ready for training and the count of records dropped (by reason).
 
     With `max_turns`, a conversation becomes several samples of at most that many question/answer
     pairs each (every sample keeps the record's image); records with several images are kept whole
     (their placeholders tie each image to its turn). Records are expected to be validated by
-    `data.llava.load_llava` (one placeholder per image)."""
+    `data.llava.load_llava` (one placeholder per image). Text-only records (no `image`) become text samples.
+    `progress(iterable, description, total=...)` wraps the loop (e.g. `core.progress.track`)."""
     samples, dropped = [], Counter()
-    for record in records:
+    for record in (progress(records, "tokenizing", total=len(records)) if progress else records):
         images = [image_root / rel for rel in record_images(record)]
         turns = [(t["from"], t["value"]) for t in record["conversations"]]
         step = 2 * max_turns if max_turns and len(images) <= 1 else len(turns)

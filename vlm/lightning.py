@@ -8,9 +8,13 @@ Data splits: each phase lists the splits it trains on (`phase.data`, e.g.
 `{align: 1}`, or a mapping `{align: 0.5, instruct: 1}` giving how
 many times each split's samples appear per pass — fractions take a seeded
 random subset); `cfg.data.splits` maps a split name to a LLaVA JSON file under
-`cfg.data.image_root`. `data.max_turns` splits long conversations into samples
+`cfg.data.image_root`, or to sources with their own image roots (data/sources.py).
+Text-only records train as text. `phase.prompt_format` (optional; null = the
+backbone's) is the format this phase's data is tokenized with (e.g. `plain` for
+LLaVA-1.5's stage 1); generation and evaluation keep the backbone's.
+`data.max_turns` splits long conversations into samples
 of at most that many question/answer pairs (each keeps the image).
-`data.group_by_length` makes each micro-batch hold samples of one image count
+`data.group_by_length` (or a phase's own `group_by_length`) makes each micro-batch hold samples of one image count
 and similar spliced length (core.data.GroupedStreamSampler; less padding).
 
 LoRA (`lora.enabled`): the backbone carries peft adapters (vlm/lora.py); a
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+
 import torch
 from omegaconf import DictConfig
 from rich.console import Console
@@ -28,11 +33,13 @@ from rich.console import Console
 from core.data import StreamDataModule
 from core.flops import hf_decoder_flops_per_token
 from core.module import TrainModule
+from core.progress import track
 from data.llava import load_llava
 from data.sources import DataSource, resolve
 from vlm.dataset import Collator, VLMDataset, tokenize_records
 from vlm.lora import freeze_all_but_adapters, has_lora
 from vlm.model import VLM, build_vlm
+from vlm.prompting import PromptFormat, build_prompt_format
 
 console = Console()
 
@@ -76,7 +83,8 @@ class VLMModule(TrainModule):
 
 class VLMDataModule(StreamDataModule):
     def __init__(self, source: DataSource, splits: dict[str, float], model: VLM, micro_batch_size: int, seed: int,
-                 skip_bad: bool = False, num_workers: int = 0, max_turns: int | None = None, group_by_length: bool = False):
+                 skip_bad: bool = False, num_workers: int = 0, max_turns: int | None = None, group_by_length: bool = False,
+                 prompt_format: PromptFormat | None = None):
         super().__init__(micro_batch_size, seed, num_workers=num_workers)
         self.group_by_length = group_by_length
         self.source = source
@@ -84,6 +92,7 @@ class VLMDataModule(StreamDataModule):
         self.max_turns = max_turns
         self.splits = dict(splits)
         self.model = model
+        self.prompt_format = prompt_format or model.prompt_format
         self.skipped: Counter = Counter()
         self.dropped: Counter = Counter()
         self.num_samples = 0
@@ -92,18 +101,20 @@ class VLMDataModule(StreamDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self._ready:
             return
-        root = self.source.image_root
         samples = []
         for split, weight in self.splits.items():
             if split not in self.source.splits:
                 raise ValueError(f"phase data split {split!r} is not in data.splits ({sorted(self.source.splits)})")
-            records, skipped = load_llava(self.source.splits[split], root, skip_bad=self.skip_bad)
-            self.skipped.update(skipped)
-            part, dropped = tokenize_records(
-                records, self.model.prompt_format, root, self.model.backbone.max_length, self.model.encoder.num_patches,
-                max_turns=self.max_turns,
-            )
-            self.dropped.update(dropped)
+            part = []
+            for src in self.source.splits[split]:
+                records, skipped = load_llava(src.json, src.image_root, skip_bad=self.skip_bad, progress=track)
+                self.skipped.update(skipped)
+                tokenized, dropped = tokenize_records(
+                    records, self.prompt_format, src.image_root, self.model.backbone.max_length,
+                    self.model.encoder.num_patches, max_turns=self.max_turns, progress=track,
+                )
+                self.dropped.update(dropped)
+                part += tokenized
             samples += repeat(part, float(weight), self.seed)
         self.train_dataset = VLMDataset(samples, self.model.encoder.transform)
         if self.group_by_length:  # micro-batches of one image count and similar spliced length
@@ -144,10 +155,18 @@ class VLMTask:
 
     def build_datamodule(self, cfg: DictConfig, phase: DictConfig, model: VLM, run_dir: Path,
                          micro_batch_size: int, seed: int) -> VLMDataModule:
+        """The phase's splits (with their weights), tokenized with `phase.prompt_format` (null: the backbone's);
+        `phase.group_by_length` (null: `data.group_by_length`) groups micro-batches by modality and length."""
         splits = dict(phase.data) if isinstance(phase.data, DictConfig) else {name: 1.0 for name in phase.data}
+        name = phase.get("prompt_format")
+        fmt = build_prompt_format(name, model.tokenizer) if name else None
+        group_by_length = phase.get("group_by_length")  # a phase may set it (LLaVA-1.5: stage 2 only); else the data's
+        if group_by_length is None:
+            group_by_length = cfg.data.get("group_by_length", False)
         return VLMDataModule(resolve(cfg.data), splits, model, micro_batch_size, seed,
                              skip_bad=bool(cfg.data.get("skip_bad", False)), num_workers=int(cfg.data.get("num_workers", 0)),
-                             max_turns=cfg.data.get("max_turns"), group_by_length=bool(cfg.data.get("group_by_length", False)))
+                             max_turns=cfg.data.get("max_turns"), group_by_length=bool(group_by_length),
+                             prompt_format=fmt)
 
     def build_module(self, cfg: DictConfig, phase: DictConfig, model: VLM, total_steps: int) -> VLMModule:
         return VLMModule(model, phase, total_steps)

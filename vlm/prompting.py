@@ -9,6 +9,8 @@ prompt and user turns; assistant tokens and their end-of-turn token are kept.
 Formats (`backbone.prompt_format` names one of conf/prompt_format/*.yaml, whose `_target_` is the class):
 - `base`: `<s>In: {q}\\nOut: {a}</s>` per turn (base LMs, Prismatic's "pure" prompt);
 - `vicuna`: Vicuna v1.5's system line, then ` USER: {q} ASSISTANT: {a}</s>`;
+- `plain`: LLaVA-1.5's stage-1 (`conv_llava_plain`) sample: BOS, the image, then the caption and "\\n"; the
+  human text is dropped, the caption and its "\\n" are trained (a phase selects it with `prompt_format: plain`);
 - `chat_template`: the tokenizer's own chat template (instruct models); the
   assistant span is the text the template adds for the assistant message,
   up to and including the template's end-of-turn token (e.g. `<|eot_id|>`,
@@ -152,6 +154,35 @@ class VicunaFormat(PromptFormat):
         for role, text in turns:
             out.append((f" USER: {text} ASSISTANT:", False) if role == "human" else (f" {text}", True))
         return out
+
+
+class PlainFormat(PromptFormat):
+    """LLaVA's `plain` conversation (LLaVA-1.5 stage 1): `<image>` + caption + sep, sep = "\\n", no template.
+
+    LLaVA replaces the human turn by the image alone (`source[0]['value'] = DEFAULT_IMAGE_TOKEN`), so the sample is
+    BOS, the image's patches, then the gpt text followed by "\\n" (no EOS); BOS and the image are masked, the caption
+    and "\\n" are trained. A record is one human turn and one caption, as in LLaVA (`assert len(source) == 2`).
+    For generation the prompt is BOS and the image: the model writes a caption."""
+
+    appends_eos = False
+    sep = "\n"
+
+    def segments(self, turns, generation):
+        if generation:
+            if len(turns) != 1 or turns[0][0] != "human":
+                raise ValueError("the plain format prompts with one human turn (the image): the model writes a caption")
+            return []
+        if len(turns) != 2 or [r for r, _ in turns] != ["human", "gpt"]:
+            raise ValueError(f"the plain format takes one human turn and one caption (LLaVA's conv_llava_plain); this "
+                             f"record has {len(turns)} turns; use a conversational prompt format for it")
+        return [(turns[1][1] + self.sep, True)]
+
+    @property
+    def stop_token_ids(self) -> list[int]:
+        """A caption ends with "\\n" (its separator) or EOS."""
+        newline = self.tokenizer("\n", add_special_tokens=False)["input_ids"][-1:]
+        ids = [self.tokenizer.eos_token_id, *newline]
+        return [i for k, i in enumerate(ids) if i is not None and i not in ids[:k]]
 
 
 class ChatTemplateFormat(PromptFormat):

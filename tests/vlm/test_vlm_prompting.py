@@ -3,7 +3,7 @@
 import pytest
 
 from core.conf import group_options
-from vlm.prompting import IGNORE_INDEX, VICUNA_SYSTEM, PromptFormat, build_prompt_format
+from vlm.prompting import IGNORE_INDEX, VICUNA_SYSTEM, PlainFormat, PromptFormat, build_prompt_format
 
 CONVERSATION = [
     ("human", "<image>\nWhat is the shape of the red object?"),
@@ -65,6 +65,70 @@ def test_chat_template_format_masks(tokenizer):
     assert tok.decode(prompt) == "<s>[INST] What is the shape of the red object? [/INST]"
 
 
+IMAGE_TOKEN_INDEX = -200  # llava/constants.py
+
+
+def llava_tokenizer_image_token(prompt, tokenizer_ids, bos):
+    """LLaVA's llava/mm_utils.py `tokenizer_image_token`, with `tokenizer(chunk).input_ids` = `tokenizer_ids(chunk)`:
+
+        prompt_chunks = [tokenizer(chunk).input_ids for chunk in prompt.split('<image>')]
+        ...
+        if len(prompt_chunks) > 0 and len(prompt_chunks[0]) > 0 and prompt_chunks[0][0] == tokenizer.bos_token_id:
+            offset = 1
+            input_ids.append(prompt_chunks[0][0])
+        for x in insert_separator(prompt_chunks, [image_token_index] * (offset + 1)):
+            input_ids.extend(x[offset:])
+    """
+    chunks = [tokenizer_ids(chunk) for chunk in prompt.split("<image>")]
+    offset, ids = 0, []
+    if chunks and chunks[0] and chunks[0][0] == bos:
+        offset = 1
+        ids.append(chunks[0][0])
+    separated = [x for chunk in chunks for x in (chunk, [IMAGE_TOKEN_INDEX] * (offset + 1))][:-1]
+    for x in separated:
+        ids.extend(x[offset:])
+    return ids
+
+
+def test_plain_format_is_llavas_conv_llava_plain(tokenizer):
+    """LLaVA-1.5 stage 1 (`--version plain`), haotian-liu/LLaVA llava/train/train.py `preprocess_plain`:
+
+        assert len(source) == 2
+        assert DEFAULT_IMAGE_TOKEN in source[0]['value']
+        source[0]['value'] = DEFAULT_IMAGE_TOKEN
+        conversation = source[0]['value'] + source[1]['value'] + conversation_lib.default_conversation.sep
+        ...
+        tokenized_len = len(tokenizer_image_token(source[0]['value'], tokenizer))
+        target[:tokenized_len] = IGNORE_INDEX
+
+    with `conv_llava_plain` (llava/conversation.py): system="", roles=("", ""), sep_style=PLAIN, sep="\n".
+    Vicuna's tokenizer adds BOS, so `tokenizer(chunk).input_ids` is BOS + the chunk's tokens. refract splices the
+    image's patches where LLaVA's IMAGE_TOKEN_INDEX is, so its ids are LLaVA's without that one entry."""
+    tok = tokenizer
+    bos = tok.bos_token_id
+
+    def with_bos(text):
+        return [bos] + enc(tok, text)
+
+    human, caption = "Give a brief description of the image.\n<image>", "a red circle left of a blue square"
+    prompt = "<image>" + caption + "\n"  # the human text is dropped
+    llava_ids = llava_tokenizer_image_token(prompt, with_bos, bos)
+    llava_labels = list(llava_ids)
+    masked = len(llava_tokenizer_image_token("<image>", with_bos, bos))
+    llava_labels[:masked] = [IGNORE_INDEX] * masked
+    assert llava_ids[:2] == [bos, IMAGE_TOKEN_INDEX] and masked == 2  # hand check: BOS, image, then the caption
+
+    fmt = build_prompt_format("plain", tok)
+    ids, labels, positions = fmt.build_with_images([("human", human), ("gpt", caption)], num_images=1)
+    where = llava_ids.index(IMAGE_TOKEN_INDEX)
+    assert positions == [where] == [fmt.image_position]
+    assert ids == llava_ids[:where] + llava_ids[where + 1:]
+    assert labels == llava_labels[:where] + llava_labels[where + 1:]
+    assert tok.decode([i for i, label in zip(ids, labels) if label != IGNORE_INDEX]) == caption + "\n"
+    with pytest.raises(ValueError, match="one human turn and one caption"):
+        fmt.build(CONVERSATION)
+
+
 def test_generation_prompt_is_the_training_prefix(tokenizer):
     fmt = build_prompt_format("base", tokenizer)
     train_ids, _ = fmt.build(CONVERSATION[:2])
@@ -81,6 +145,10 @@ def test_unknown_format_lists_choices(tokenizer):
 def test_every_prompt_format_config_builds_a_format_that_trains_only_the_answers(tokenizer, name):
     fmt = build_prompt_format(name, tokenizer)
     assert isinstance(fmt, PromptFormat)
+    if isinstance(fmt, PlainFormat):  # one caption per record (LLaVA asserts it): checked on its own turn pair
+        ids, labels = fmt.build(CONVERSATION[:2])
+        assert "circle" in tokenizer.decode(split_by_mask(ids, labels))
+        return
     ids, labels = fmt.build(CONVERSATION)
     trained = tokenizer.decode(split_by_mask(ids, labels))
     assert "circle" in trained and "left" in trained and "shape" not in trained
