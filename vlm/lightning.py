@@ -35,7 +35,7 @@ from core.flops import hf_decoder_flops_per_token
 from core.module import TrainModule
 from core.progress import track
 from data.llava import load_llava
-from data.sources import DataSource, resolve
+from data.sources import DataSource, require_files, resolve
 from vlm.dataset import Collator, VLMDataset, tokenize_records
 from vlm.lora import freeze_all_but_adapters, has_lora
 from vlm.model import VLM, build_vlm
@@ -151,6 +151,9 @@ class VLMTask:
         self.name = name
 
     def build_model(self, cfg: DictConfig, run_dir: Path) -> VLM:
+        """The VLM, once every data file the recipe's phases read is known to exist (a missing one stops the run
+        in seconds, naming the file and the command that prepares it, before any weights load)."""
+        require_files(cfg.data, sorted({split for phase in cfg.stage.phases.values() for split in phase.data}))
         return build_vlm(cfg)
 
     def build_datamodule(self, cfg: DictConfig, phase: DictConfig, model: VLM, run_dir: Path,
