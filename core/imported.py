@@ -3,9 +3,9 @@
 `imported_run_dir(cfg)` makes `<imported.root>/imported-<folder name>-<8 hex digits>/` and writes its
 `config.yaml`: `imported.source` (the folder, absolute), the import settings (`image_strategy`,
 `prompt_format`, `dtype`) and `imported.weights` (name, size and mtime of the folder's weight files). The
-digest hashes the folder's `config.json` and those settings, so the same command finds the same directory
-again (and the benchmark runner resumes its predictions log, whose `_meta` names this config), while
-other settings get their own directory. The model itself is built by the task's loader from
+digest hashes the folder's path, its `config.json` and those settings, so the same command finds the same
+directory again (and the benchmark runner resumes its predictions log, whose `_meta` hashes this config: new
+weights in the folder start the log over), while another folder or other settings get their own directory. The model itself is built by the task's loader from
 `imported.source` (VLM: vlm/inference.py); the core only records where it comes from.
 
 `init_from` may be a hub id (`llava-hf/llava-1.5-7b-hf`) instead of a folder: then, and only then, it is
@@ -52,12 +52,12 @@ def imported_run_dir(cfg: DictConfig) -> Path:
     """Create (or find again) the run directory of `cfg.init_from` and write its config.yaml; return it."""
     source = resolve_source(str(cfg.init_from))
     settings = {k: cfg.get("imported", {}).get(k) for k in SETTINGS}
-    digest = hashlib.sha1((source / "config.json").read_bytes() + json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+    key = json.dumps({"source": str(source), "settings": settings}, sort_keys=True).encode()
+    digest = hashlib.sha1((source / "config.json").read_bytes() + key).hexdigest()[:8]
     run_dir = Path(cfg.get("imported", {}).get("root") or "runs") / f"imported-{source.name}-{digest}"
     weights = sorted(p for p in source.iterdir() if p.suffix in (".safetensors", ".bin"))
     record = {"imported": {"source": str(source), **settings,
-                           "weights": [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in weights]},
-              "task": OmegaConf.to_container(cfg.task, resolve=True) if cfg.get("task") else None}
+                           "weights": [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in weights]}}
     run_dir.mkdir(parents=True, exist_ok=True)
     text = OmegaConf.to_yaml(OmegaConf.create(record))
     config = run_dir / "config.yaml"

@@ -322,3 +322,10 @@ def test_evaluate_init_from_an_hf_llava_folder_gives_transformers_generate_answe
         evaluate(compose_cfg(*args, f"run={run_dir}", config="eval"))
     with pytest.raises(UsageError, match="init_from=HF_LLAVA_DIR"):
         evaluate(compose_cfg("benchmark=vqav2", config="eval"))
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        evaluate(compose_cfg(*args[1:], f"init_from={tmp_path / 'bench'}", config="eval"))
+    monkeypatch.undo()
+    (tmp_path / "not_llava").mkdir()
+    (tmp_path / "not_llava/config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(HFLlavaError, match="not an HF Llava folder"):
+        evaluate(compose_cfg(*args[1:], f"init_from={tmp_path / 'not_llava'}", config="eval"))
