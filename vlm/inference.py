@@ -113,7 +113,8 @@ def from_hf_llava(path: str | Path, image_strategy: str | None = None, prompt_fo
         backbone.prompt_format = _detect_format(path, backbone.tokenizer, config.image_token_index)
     model = VLM(encoder, backbone, mlp(encoder.embed_dim, backbone.hidden_size))
     check_projector(model.projector)
-    vision, projector = _read_prefixed(path, ("model.vision_tower.", "vision_tower."),
+    vision, projector = _read_prefixed(path, ("model.vision_tower.vision_model.", "vision_tower.vision_model.",  # llava-1.5-hf
+                                              "model.vision_tower.", "vision_tower."),  # transformers 5
                                        ("model.multi_modal_projector.", "multi_modal_projector."))
     vit = encoder.model
     kept = {k: v for k, v in vision.items() if not k.startswith(("post_layernorm", "head."))

@@ -244,6 +244,18 @@ def test_train_with_init_from_an_hf_llava_folder_starts_from_its_weights(hf_llav
     assert (theirs - ours).abs().max() < 1e-4
 
 
+def test_an_hf_llava_folder_imports_without_a_run_config(hf_llava):
+    """llava-1.5-7b-hf's weight names, a feature layer before the last (-2) and no processor: the model built from
+    the folder alone gives transformers' logits."""
+    from vlm.inference import from_hf_llava
+
+    path, hf = hf_llava
+    model = from_hf_llava(path).eval()
+    assert len(model.encoder.model.blocks) == 3 and type(model.prompt_format).__name__ == "VicunaFormat"  # no template
+    theirs, ours = hf_and_our_logits(hf, model)
+    assert (theirs - ours).abs().max() < 1e-4
+
+
 def test_init_from_a_run_directory_still_loads_its_weights(tiny_run, small_cfg):
     from core.run import run_dir_of, train
 
