@@ -1,5 +1,8 @@
 """Evaluate a trained run: `python evaluate.py run=RUN_DIR benchmark=NAME [limit=N]`.
 
+A published checkpoint without training: `python evaluate.py init_from=HF_LLAVA_DIR benchmark=NAME benchmark.root=PATH`
+(an HF Llava folder such as llava-hf/llava-1.5-7b-hf; its run directory, runs/imported-<folder>-<hash>/, is printed).
+
 Behavior runs: `python evaluate.py task=behavior run=RUN_DIR benchmark.episodes_per_task=N` rolls the policy out
 (the `task` choice selects the task's default benchmark, conf/task_eval/; `benchmark=NAME` overrides it).
 
@@ -13,12 +16,14 @@ from data.errors import DataError
 from eval.scorers import ScoringError
 from vlm.hub import ComponentLoadError
 from core.cli import exit_on_user_error
+from core.imported import UsageError
+from vlm.hf_llava import HFLlavaError
 from core.run import evaluate
 
 
 @hydra.main(config_path="conf", config_name="eval", version_base="1.3")
 def main(cfg: DictConfig) -> dict:
-    with exit_on_user_error(ComponentLoadError, DataError, FileNotFoundError, ScoringError):
+    with exit_on_user_error(ComponentLoadError, DataError, FileNotFoundError, ScoringError, UsageError, HFLlavaError):
         return evaluate(cfg)
 
 

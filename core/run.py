@@ -229,8 +229,20 @@ def _is_current(ckpt: Path, step: int, phase: str) -> bool:
 
 
 def evaluate(cfg: DictConfig) -> dict:
-    """Run `cfg.benchmark` (a Hydra `_target_` callable: (run_dir, cfg) -> metrics) on a trained run."""
-    run_dir = Path(cfg.run)
+    """Run `cfg.benchmark` (a Hydra `_target_` callable: (run_dir, cfg) -> metrics) on a trained run (`run=DIR`) or
+    on a published checkpoint without training (`init_from=DIR`: its run directory is made by core/imported.py)."""
+    from core.imported import UsageError, imported_run_dir
+
+    if cfg.get("run") and cfg.get("init_from"):
+        raise UsageError(f"run={cfg.run} and init_from={cfg.init_from} are exclusive: run= evaluates a trained run, "
+                         "init_from= an HF Llava folder without training; pass one of them")
+    if cfg.get("init_from"):
+        run_dir = imported_run_dir(cfg)
+        console.print(f"evaluating {cfg.init_from} without training; predictions and results in [bold]{run_dir}[/]")
+    elif not cfg.get("run"):
+        raise UsageError("nothing to evaluate: pass run=RUN_DIR (a trained run) or init_from=HF_LLAVA_DIR (a published checkpoint)")
+    else:
+        run_dir = Path(cfg.run)
     if not (run_dir / "config.yaml").exists():
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml); pass run=runs/NAME")
     benchmark = instantiate(cfg.benchmark, _recursive_=False)

@@ -31,6 +31,7 @@ class HFBackbone(nn.Module):
         trust_remote_code: bool = False,
         attn_implementation: str | None = "sdpa",
         gradient_checkpointing: bool = False,
+        load_kwargs: dict | None = None,
     ):
         super().__init__()
         model_id = resolve_tiny(model_id, "backbone.model_id")
@@ -42,6 +43,7 @@ class HFBackbone(nn.Module):
                 dtype=getattr(torch, dtype),
                 trust_remote_code=trust_remote_code,
                 attn_implementation=attn_implementation,
+                **(load_kwargs or {}),  # e.g. the text model of an HF Llava folder (vlm/inference.py: config, key_mapping)
             )
         except Exception as err:  # hub/network/file errors all surface as one clear message
             raise load_error("backbone", model_id, "backbone.model_id", err) from err

@@ -16,6 +16,8 @@ against the prompt format's.
 Import (`init_from=PATH`, PATH an HF Llava folder such as llava-hf/llava-1.5-7b-hf, via
 `VLMTask.init_from`): the run's config must describe the same architecture (encoder, projector=mlp,
 backbone); weights are converted into the built model, and mismatches are refused with the reason.
+Without a run config (`evaluate.py init_from=PATH`), `vlm.inference.from_hf_llava` builds the VLM from the folder
+itself, reusing the conversions below.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ and how the file named by `subset_of` looks when cut to some items (`subset`). T
 - `cfg.limit`: only the first N items are asked and scored: the `subset_of` file is replaced by
   `subset(items)`, written to `RUN_DIR/predictions/<name>.<subset_name>` (a folder of files when
   `subset` returns `Folder`), so questions never asked are not counted as missing;
-- batches of `cfg.batch_size`, greedy `VLM.generate` (free answers) or `VLM.score` (options), with
-  a rich progress bar;
+- batches of `cfg.batch_size`, greedy `VLM.generate` (free answers), and for items with answer options
+  `VLM.score` over them (`benchmark.mode: likelihood`) or greedy generation parsed by `parse_generated` as
+  the benchmark's official evaluation parses it (`mode: generate`), with a rich progress bar;
 - `RUN_DIR/predictions/<name>.jsonl` is the working log: a first line `{"_meta": {...}}` (the
   settings and weights it was made with), then one prediction object per line, appended, flushed and
   fsync'ed after every batch. A later run with the same settings and weights resumes after the
@@ -44,6 +45,7 @@ from data.atomic import atomic_directory, atomic_file
 from eval.scorers import build_scorer
 
 console = Console()
+MODES = ("likelihood", "generate")  # benchmark.mode of benchmarks with answer options (docs/evaluation.md)
 
 
 @dataclass
@@ -70,11 +72,14 @@ class Runner:
     subset_name: str = "annotations.json"  # written as predictions/<name>.<subset_name>
 
     def __init__(self, name: str, scorer: Any, root: str | None = None, prompt_suffix: str = "",
-                 max_new_tokens: int = 16, **settings: Any):
+                 max_new_tokens: int = 16, mode: str = "likelihood", **settings: Any):
+        if mode not in MODES:
+            raise ValueError(f"benchmark {name}: benchmark.mode={mode!r}; choose one of {list(MODES)}")
         self.name = name
         self.root = Path(root) if root else None
         self.prompt_suffix = prompt_suffix or ""
         self.max_new_tokens = int(max_new_tokens)
+        self.mode = mode  # how items with answer options are answered (free-answer items always generate)
         self.score = build_scorer(scorer, name)
         self.settings = dict(settings)
 
@@ -98,6 +103,11 @@ class Runner:
     def answer_of(self, item: Item, probs: list[float]) -> Any:
         """The answer written for a probability-scored item (default: the most probable option's text)."""
         return item.options[max(range(len(probs)), key=probs.__getitem__)]
+
+    def parse_generated(self, item: Item, text: str) -> Any:
+        """The answer written for an item with options answered by generation (`mode: generate`); default: the
+        text itself, which the scorer maps officially (POPE: LLaVA's yes/no rule)."""
+        return text
 
     # --- helpers for subclasses ----------------------------------------------------------------------------
     def path(self, key: str) -> Path:
@@ -143,13 +153,16 @@ class Runner:
                           split=files.get("split"))
 
     def fingerprint(self, run_dir: Path) -> dict:
-        weights = run_dir / "model.safetensors"
+        weights, config = run_dir / "model.safetensors", run_dir / "config.yaml"
         stat = weights.stat() if weights.exists() else None
-        settings = {"prompt_suffix": self.prompt_suffix, "max_new_tokens": self.max_new_tokens,
+        if stat is not None:
+            identity = f"{stat.st_size}-{stat.st_mtime_ns}"
+        else:  # an imported checkpoint (core/imported.py): its config.yaml names the folder, settings and weight files
+            identity = hashlib.sha1(config.read_bytes()).hexdigest()[:12] if config.exists() else None
+        settings = {"prompt_suffix": self.prompt_suffix, "max_new_tokens": self.max_new_tokens, "mode": self.mode,
                     "settings": {k: str(v) for k, v in sorted(self.settings.items())}, "root": str(self.root)}
         digest = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
-        return {"benchmark": self.name, "settings": digest,
-                "weights": None if stat is None else f"{stat.st_size}-{stat.st_mtime_ns}"}
+        return {"benchmark": self.name, "settings": digest, "weights": identity}
 
     def predict(self, run_dir: Path, items: list[Item], cfg) -> dict[str, dict]:
         """Predictions for `items` by id, resuming the log; the model is loaded only if some are missing."""
@@ -183,6 +196,9 @@ class Runner:
         if chunk[0].options is None:
             answers = model.generate(images, prompts, max_new_tokens=self.max_new_tokens, do_sample=False)
             return [{"id": it.id, "answer": a} for it, a in zip(chunk, answers, strict=True)]
+        if self.mode == "generate":  # greedy text, parsed as the benchmark's official evaluation does
+            texts = model.generate(images, prompts, max_new_tokens=self.max_new_tokens, do_sample=False)
+            return [{"id": it.id, "answer": self.parse_generated(it, t), "text": t} for it, t in zip(chunk, texts, strict=True)]
         probs = model.score(images, prompts, [it.options for it in chunk], batch_size=batch_size)
         return [{"id": it.id, "answer": self.answer_of(it, p), "probs": [round(float(x), 6) for x in p]}
                 for it, p in zip(chunk, probs, strict=True)]

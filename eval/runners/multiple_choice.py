@@ -1,13 +1,14 @@
-"""Multiple-choice runners: AI2D and ScienceQA, answered by `VLM.score` over the options; scored by
-`eval.scorers.multiple_choice`.
+"""Multiple-choice runners: AI2D and ScienceQA, answered by greedy generation (`benchmark.mode: generate`, the
+default: the letter parsed as lmms-eval (AI2D) and LLaVA (ScienceQA) parse it) or by `VLM.score` over the options
+(`mode: likelihood`); scored by `eval.scorers.multiple_choice`.
 
     python evaluate.py run=RUN_DIR benchmark=ai2d benchmark.root=PATH [limit=N] [batch_size=B]
 
-The options are listed as "A. text" lines after the question, followed by `benchmark.prompt_suffix`;
-`VLM.score` gives each option's probability and the most probable one is the prediction. With
+The options are listed as "A. text" lines after the question, followed by `benchmark.prompt_suffix`.
+`likelihood`: `VLM.score` gives each option's probability and the most probable one is the prediction. With
 `benchmark.choice_by=letter` (default) the letters ("A", "B", ...) are scored, with `text` the option
-texts. Predictions are written as the 0-based option index (a JSON integer), which the scorer reads
-unambiguously even when an AI2D option is itself a letter.
+texts. Predictions are written as the 0-based option index (a JSON integer; -1 when a generated answer names
+no option), which the scorer reads unambiguously even when an AI2D option is itself a letter.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from eval.runners.base import Folder, Item, Runner
 from eval.scorers.common import read_json
-from eval.scorers.multiple_choice import read_test_ids
+from eval.scorers.multiple_choice import letter_ai2d_lmms, letter_scienceqa_llava, read_test_ids
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -38,12 +39,19 @@ class MultipleChoice(Runner):
     def answer_of(self, item, probs):
         return max(range(len(probs)), key=probs.__getitem__)
 
+    parser = None  # the published evaluation's parser of generated text: (text, number of options) -> index | None
+
+    def parse_generated(self, item, text):
+        index = self.parser(text, len(item.options))
+        return -1 if index is None else index  # -1: no option found (scored wrong, counted as unparsed)
+
 
 class AI2D(MultipleChoice):
     """The `questions/` folder (one `{imageName}.json` per diagram) and, unless `benchmark.test_ids=null`, the
     test-id list; images `images/{imageName}`."""
 
     subset_name = "questions"
+    parser = staticmethod(letter_ai2d_lmms)
 
     def items(self, run_dir: Path) -> list[Item]:
         keep = read_test_ids(self.path("test_ids")) if self.settings.get("test_ids") else None
@@ -77,6 +85,7 @@ class ScienceQA(MultipleChoice):
     "Context: ...", as LLaVA does. Under `limit` the split list is cut."""
 
     subset_of, subset_name = "questions", "splits.json"
+    parser = staticmethod(letter_scienceqa_llava)
 
     def items(self, run_dir: Path) -> list[Item]:
         problems = read_json(self.path("annotations"), "annotations file")

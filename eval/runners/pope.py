@@ -1,5 +1,6 @@
-"""POPE runner: "yes" vs "no" chosen by `VLM.score` for every question of the three split files,
-scored by `eval.scorers.pope`.
+"""POPE runner: every question of the three split files, answered by greedy generation (`benchmark.mode:
+generate`, the default; the scorer maps the text to yes/no as LLaVA's eval_pope.py does) or by "yes" vs "no"
+chosen by `VLM.score` (`mode: likelihood`); scored by `eval.scorers.pope`.
 
     python evaluate.py run=RUN_DIR benchmark=pope benchmark.root=PATH [limit=N] [batch_size=B]
 """

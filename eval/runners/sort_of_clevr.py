@@ -32,7 +32,7 @@ class SortOfClevr(Runner):
         if self.root:
             return self.root / "test.json", self.root
         run_cfg = OmegaConf.load(run_dir / "config.yaml")
-        if run_cfg.data.get("name") != "sort_of_clevr":
+        if (run_cfg.get("data") or {}).get("name") != "sort_of_clevr":  # an imported checkpoint has no data
             raise FileNotFoundError(f"{run_dir} was not trained on sort_of_clevr data: pass benchmark.root=DIR (a generated dataset folder)")
         source = resolve(run_cfg.data)
         return source.test, source.image_root

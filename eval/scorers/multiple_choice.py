@@ -9,10 +9,15 @@ Prediction parsing (``parse_choice``), in this order:
    B (A = index 0);
 4. anything else (or a letter/index beyond the options) is wrong and counted in ``unparsed``.
 Digit strings are treated as text, not indices (so an option "2" matches the prediction "2").
+
+Generated answers (the runners' `benchmark.mode: generate`) are first read by the published evaluation's own
+parser, `letter_scienceqa_llava` (LLaVA) or `letter_ai2d_lmms` (lmms-eval), and written as the option index, or
+-1 when that parser finds no option (then counted in ``unparsed``).
 """
 from __future__ import annotations
 
 import re
+import string
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +48,39 @@ def parse_choice(answer: Any, options: list[str]) -> int | None:
         idx = ord(m.group(1).upper()) - ord("A")
         return idx if idx < len(options) else None
     return None
+
+
+# --- generated answers, parsed as the published evaluations parse them (runners' `benchmark.mode: generate`) ---
+_LLAVA_ANSWER_IS = re.compile(r"The answer is ([A-Z]).")  # as written: '.' matches any character
+_LMMS_LETTER = re.compile(r"^\s*([A-Z])\.")
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+def letter_scienceqa_llava(text: str, num_options: int) -> int | None:
+    """LLaVA's ScienceQA parsing (haotian-liu/LLaVA@c121f04, llava/eval/eval_science_qa.py, `get_pred_idx` and the
+    loop over problems; options A-E): the text is a letter, or starts with "X. ", or contains exactly one
+    "The answer is X" followed by any character; the letter must be among the first `num_options`. Else None
+    (LLaVA: "FAILED", scored wrong)."""
+    options = "ABCDE"
+    if text in options:
+        letter = text
+    elif len(text) >= 3 and text[0] in options and text[1:3] == ". ":
+        letter = text[0]
+    else:
+        found = _LLAVA_ANSWER_IS.findall(text)
+        letter = found[0] if len(found) == 1 else None
+    return options.index(letter) if letter is not None and letter in options[:num_options] else None
+
+
+def letter_ai2d_lmms(text: str, num_options: int) -> int | None:
+    """lmms-eval's AI2D scoring (EvolvingLMMs-Lab/lmms-eval@75571cf, lmms_eval/tasks/ai2d/ai2d.yaml, filter
+    `utils.MultiChoiceRegexFilter` and metric `exact_match` with ignore_case + ignore_punctuation): a response
+    starting with "X." becomes "X"; the result, lower-cased and without ASCII punctuation, must equal an option
+    letter (so "B", "b", "(B)", "B)" and "B. cat" read as B; "The answer is B" does not). Else None."""
+    m = _LMMS_LETTER.match(text)
+    answer = (m.group(1) if m else text).lower().translate(_PUNCTUATION)
+    letters = [chr(ord("a") + i) for i in range(num_options)]
+    return letters.index(answer) if answer in letters else None
 
 
 def _score(items: list[dict], preds, pred_path, ann_path, groups=()) -> dict[str, Any]:

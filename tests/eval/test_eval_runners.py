@@ -13,7 +13,7 @@ from PIL import Image
 
 import vlm
 from core.run import evaluate, train
-from eval.runners.base import read_log
+from eval.runners.base import MODES, read_log
 from tests.conftest import SCRATCH_SMALL, SMALL, compose_cfg
 from tests.eval.benchmarks import EVAL_BENCHMARKS, EVAL_CONFIGS
 
@@ -220,7 +220,7 @@ class Oracle:
     """Stands in for the VLM: answers from {first prompt line: answer}, counts the items it was asked."""
 
     def __init__(self, answers: dict):
-        self.answers, self.asked, self.prompts = answers, 0, []
+        self.answers, self.asked, self.prompts, self.generated = answers, 0, [], 0
 
     def _key(self, images, prompts):
         assert all(im is None or isinstance(im, Image.Image) for im in images)
@@ -230,6 +230,7 @@ class Oracle:
 
     def generate(self, images, prompts, max_new_tokens=32, do_sample=False):
         assert do_sample is False
+        self.generated += len(prompts)
         return [self.answers[k] for k in self._key(images, prompts)]
 
     def score(self, images, prompts, options, batch_size=32):
@@ -263,12 +264,17 @@ def fixture_of(config: str):
     return FIXTURES[config]
 
 
-@pytest.mark.parametrize("config", EVAL_BENCHMARKS)
-def test_runner_reads_the_official_layout_and_scores(config, bench_run, tmp_path):
+# every benchmark config, and each with a `mode` key (answer options) in both modes
+CASES = [(c, m) for c in EVAL_BENCHMARKS for m in ((None,) if "mode" not in EVAL_CONFIGS[c].benchmark else MODES)]
+
+
+@pytest.mark.parametrize(("config", "mode"), CASES)
+def test_runner_reads_the_official_layout_and_scores(config, mode, bench_run, tmp_path):
     run_dir, run = bench_run
     build, total, expected = fixture_of(config)
     answers = build(tmp_path / "bench")
-    metrics, oracle = run(config, tmp_path / "bench", answers)
+    settings = {"benchmark.mode": mode} if mode else {}
+    metrics, oracle = run(config, tmp_path / "bench", answers, **settings)
     assert oracle.asked == total and metrics["n"] == total and metrics.get("missing", 0) == 0
     for key, value in expected.items():
         assert metrics[key] == value, (key, metrics)
@@ -277,15 +283,19 @@ def test_runner_reads_the_official_layout_and_scores(config, bench_run, tmp_path
     official = json.loads((run_dir / "predictions" / f"{name}.json").read_text())
     assert len(official) == total
     # a second evaluation answers nothing again: everything is in the log
-    metrics2, oracle2 = run(config, tmp_path / "bench", answers)
+    metrics2, oracle2 = run(config, tmp_path / "bench", answers, **settings)
     assert oracle2.asked == 0 and metrics2 == metrics
+    if mode:  # the other mode is other settings: the log starts over
+        _, oracle3 = run(config, tmp_path / "bench", answers, **{"benchmark.mode": next(m for m in MODES if m != mode)})
+        assert oracle3.asked == total and oracle3.generated == (total if mode == "likelihood" else 0)
 
 
-@pytest.mark.parametrize("config", EVAL_BENCHMARKS)
-def test_limit_scores_only_the_items_asked(config, bench_run, tmp_path):
+@pytest.mark.parametrize(("config", "mode"), CASES)
+def test_limit_scores_only_the_items_asked(config, mode, bench_run, tmp_path):
     _, run = bench_run
     build, _, _ = fixture_of(config)
-    metrics, oracle = run(config, tmp_path / "bench", build(tmp_path / "bench"), limit=1)
+    settings = {"benchmark.mode": mode} if mode else {}
+    metrics, oracle = run(config, tmp_path / "bench", build(tmp_path / "bench"), limit=1, **settings)
     assert oracle.asked == 1 and metrics["n"] == 1 and metrics.get("missing", 0) == 0
 
 
@@ -300,11 +310,32 @@ def test_prompts_follow_the_conventions(bench_run, tmp_path):
 
 def test_multiple_choice_writes_option_indices(bench_run, tmp_path):
     run_dir, run = bench_run
-    run("ai2d", tmp_path / "b", make_ai2d(tmp_path / "b"))
+    run("ai2d", tmp_path / "b", make_ai2d(tmp_path / "b"), **{"benchmark.mode": "likelihood"})
     official = json.loads((run_dir / "predictions" / "ai2d.json").read_text())
     assert [p["answer"] for p in official] == [1, 2, 0]  # index, even where an option text is a letter
     log = [json.loads(line) for line in (run_dir / "predictions" / "ai2d.jsonl").read_text().splitlines()]
     assert "_meta" in log[0] and log[1]["probs"] == [0.0, 1.0, 0.0, 0.0]
+
+
+def test_generate_mode_parses_answers_as_the_published_evaluations(bench_run, tmp_path):
+    """Generated text through the official parsers: LLaVA's for ScienceQA, lmms-eval's for AI2D, LLaVA's eval_pope
+    rule (in the scorer) for POPE; the raw text stays in the log, an answer naming no option is -1 and unparsed."""
+    run_dir, run = bench_run
+    answers = make_scienceqa(tmp_path / "s")
+    answers.update({"Which is a mammal?": "B. whale", "Context: Read the words.": "The answer is B"})  # LLaVA: B, FAILED
+    metrics, oracle = run("scienceqa", tmp_path / "s", answers)
+    assert oracle.generated == 2 and (metrics["accuracy"], metrics["unparsed"]) == (50.0, 1)
+    assert [p["answer"] for p in json.loads((run_dir / "predictions" / "scienceqa.json").read_text())] == [1, -1]
+    log = [json.loads(line) for line in (run_dir / "predictions" / "scienceqa.jsonl").read_text().splitlines()[1:]]
+    assert [r["text"] for r in log] == ["B. whale", "The answer is B"]
+    answers = make_ai2d(tmp_path / "a")
+    answers.update({"What eats grass?": "(B)", "Which label is the sun?": "C. sun", "What is D?": "leaf"})  # B, C, none
+    metrics, _ = run("ai2d", tmp_path / "a", answers)
+    assert (metrics["accuracy"], metrics["unparsed"]) == (pytest.approx(200 / 3, abs=0.01), 1)
+    answers = make_pope(tmp_path / "p")
+    answers = {q: ("Yes, there is." if a == "yes" else "There is not a single one.") for q, a in answers.items()}
+    metrics, _ = run("pope", tmp_path / "p", answers)
+    assert metrics["accuracy"] == 100.0 and metrics["n"] == 6
 
 
 def test_missing_root_and_missing_files_are_clear(bench_run, tmp_path):
@@ -358,7 +389,8 @@ def test_tiny_run_on_vqav2_and_pope(tiny_run, tmp_path):
     results = json.loads((tiny_run / "results.json").read_text())
     assert results["benchmarks"]["vqav2"]["accuracy"] == m["accuracy"] and m["n"] == 3
     assert len(json.loads((tiny_run / "predictions" / "vqav2.json").read_text())) == 3
-    p = evaluate(compose_cfg(f"run={tiny_run}", "benchmark=pope", f"benchmark.root={tmp_path}", config="eval"))
+    p = evaluate(compose_cfg(f"run={tiny_run}", "benchmark=pope", f"benchmark.root={tmp_path}", "benchmark.mode=likelihood",
+                             config="eval"))
     assert p["n"] == 6 and set(p["per_split"]) == {"random", "popular", "adversarial"}
     assert {r["answer"] for r in json.loads((tiny_run / "predictions" / "pope.json").read_text())} <= {"yes", "no"}
     results = json.loads((tiny_run / "results.json").read_text())

@@ -8,7 +8,7 @@ from eval.scorers import ScoringError
 from eval.scorers.gqa import score_gqa
 from eval.scorers.mme import score_mme
 from eval.scorers.mme import to_yes_no as mme_yes_no
-from eval.scorers.multiple_choice import parse_choice, score_ai2d, score_scienceqa
+from eval.scorers.multiple_choice import letter_ai2d_lmms, letter_scienceqa_llava, parse_choice, score_ai2d, score_scienceqa
 from eval.scorers.pope import score_pope, to_yes_no
 from eval.scorers.refcoco import iou, parse_box, score_refcoco
 from eval.scorers.sort_of_clevr import score_sort_of_clevr
@@ -354,3 +354,20 @@ def test_mme_rejects_a_malformed_question_file(mme_release, tmp_path):
     (mme_release / "existence/3.txt").write_text("Is there a cat? Yes\n")  # no tab
     with pytest.raises(ScoringError, match=r"3\.txt: line 1 .*question<TAB>Yes\|No"):
         score_mme(write(tmp_path / "p.json", []), str(mme_release))
+
+
+# --------------------------------------------------------------------- generated answers: the published parsers
+@pytest.mark.parametrize(("text", "n", "index"), [
+    ("B", 3, 1), ("C. table", 3, 2), ("The answer is A.", 2, 0), ("The answer is B and", 2, 1),
+    ("The answer is B", 2, None),  # LLaVA's r'The answer is ([A-Z]).' needs a character after the letter
+    ("The answer is A. The answer is B.", 2, None),  # two matches: FAILED
+    ("D", 3, None), ("b", 3, None), ("(B)", 3, None), ("B.", 3, None), (" B", 3, None), ("whale", 2, None)])
+def test_scienceqa_letter_as_llava_parses_it(text, n, index):
+    assert letter_scienceqa_llava(text, n) == index
+
+
+@pytest.mark.parametrize(("text", "n", "index"), [
+    ("B", 4, 1), ("b", 4, 1), ("(C)", 4, 2), ("D)", 4, 3), ("A. lion", 4, 0), ("  C.", 4, 2), ("B.", 2, 1),
+    ("E", 4, None), ("The answer is B", 4, None), ("cow", 4, None), ("B cow", 4, None)])
+def test_ai2d_letter_as_lmms_eval_parses_it(text, n, index):
+    assert letter_ai2d_lmms(text, n) == index

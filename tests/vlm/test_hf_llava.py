@@ -244,6 +244,18 @@ def test_train_with_init_from_an_hf_llava_folder_starts_from_its_weights(hf_llav
     assert (theirs - ours).abs().max() < 1e-4
 
 
+def test_an_hf_llava_folder_imports_without_a_run_config(hf_llava):
+    """llava-1.5-7b-hf's weight names, a feature layer before the last (-2) and no processor: the model built from
+    the folder alone gives transformers' logits."""
+    from vlm.inference import from_hf_llava
+
+    path, hf = hf_llava
+    model = from_hf_llava(path).eval()
+    assert len(model.encoder.model.blocks) == 3 and type(model.prompt_format).__name__ == "VicunaFormat"  # no template
+    theirs, ours = hf_and_our_logits(hf, model)
+    assert (theirs - ours).abs().max() < 1e-4
+
+
 def test_init_from_a_run_directory_still_loads_its_weights(tiny_run, small_cfg):
     from core.run import run_dir_of, train
 
@@ -268,3 +280,64 @@ def test_init_from_refuses_a_different_architecture_or_tokenizer(hf_llava, tmp_p
     build_vlm(compose_cfg("backbone=tiny_qwen2")).tokenizer.save_pretrained(bad)  # another model's vocabulary
     with pytest.raises(HFLlavaError, match="its tokenizer gives different ids than the run's backbone tokenizer"):
         VLMTask().init_from(build_vlm(compose_cfg()), bad)
+
+
+# --- evaluate an HF Llava folder without training (evaluate.py init_from=DIR) ----------------------------------------
+def make_vqa_fixture(root):
+    """A VQAv2 fixture in the official layout: three questions on two random images of different sizes."""
+    rng = np.random.default_rng(2)
+    questions = [(1, 1, "What color is the car?"), (2, 1, "How many dogs?"), (3, 2, "Is it sunny?")]
+    (root / "vqav2/val2014").mkdir(parents=True)
+    for image_id, (w, h) in ((1, (90, 60)), (2, (50, 70))):
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(root / f"vqav2/val2014/COCO_val2014_{image_id:012d}.jpg")
+    (root / "vqav2/v2_OpenEnded_mscoco_val2014_questions.json").write_text(json.dumps(
+        {"questions": [{"image_id": i, "question": q, "question_id": qid} for qid, i, q in questions]}))
+    (root / "vqav2/v2_mscoco_val2014_annotations.json").write_text(json.dumps({"annotations": [
+        {"question_id": qid, "image_id": i, "answer_type": "other", "question_type": "what",
+         "answers": [{"answer": "red", "answer_id": k + 1} for k in range(10)]} for qid, i, _ in questions]}))
+    return questions
+
+
+@pytest.mark.parametrize("encoder", ["tiny_siglip", "tiny_clip"])  # resize-naive / letterbox, no class token / class token
+def test_evaluate_init_from_an_hf_llava_folder_gives_transformers_generate_answers(encoder, tmp_path, monkeypatch):
+    import vlm
+    from core.imported import UsageError
+    from core.run import evaluate
+
+    cfg = compose_cfg(f"encoder={encoder}")
+    out = export(randomize(build_vlm(cfg)), tmp_path / "llava", cfg.encoder.image_strategy)
+    questions = make_vqa_fixture(tmp_path / "bench")
+    suffix = "\nAnswer the question using a single word or phrase."
+    args = [f"init_from={out}", "benchmark=vqav2", f"benchmark.root={tmp_path / 'bench'}", f"imported.root={tmp_path / 'runs'}",
+            f"benchmark.max_new_tokens={NEW_TOKENS}"]
+    metrics = evaluate(compose_cfg(*args, config="eval"))
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert re.fullmatch(r"imported-llava-[0-9a-f]{8}", run_dir.name) and metrics["n"] == 3
+    assert OmegaConf.load(run_dir / "config.yaml").imported.source == str(out.resolve())
+    ours = {r["id"]: r["answer"] for r in map(json.loads, (run_dir / "predictions/vqav2.jsonl").read_text().splitlines()[1:])}
+
+    # transformers' own Llava on the same folder: greedy, same prompt (its chat template) and image, one item at a time
+    hf = LlavaForConditionalGeneration.from_pretrained(out, dtype=torch.float32).eval()
+    processor = AutoProcessor.from_pretrained(out, backend="pil")
+    for qid, image_id, question in questions:
+        image = Image.open(tmp_path / f"bench/vqav2/val2014/COCO_val2014_{image_id:012d}.jpg").convert("RGB")
+        messages = [{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": question + suffix}]}]
+        inputs = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt")
+        tokens = hf.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False)[0, inputs["input_ids"].shape[1]:]
+        assert ours[str(qid)] == processor.decode(tokens, skip_special_tokens=True).strip(), question
+    assert len(set(ours.values())) > 1  # the random model does not answer everything alike
+
+    # the same command finds its directory and predictions again: nothing is loaded
+    monkeypatch.setattr(vlm, "load", lambda *a, **k: pytest.fail("the model was loaded again"))
+    assert evaluate(compose_cfg(*args, config="eval")) == metrics and len(list((tmp_path / "runs").iterdir())) == 1
+    with pytest.raises(UsageError, match="exclusive"):
+        evaluate(compose_cfg(*args, f"run={run_dir}", config="eval"))
+    with pytest.raises(UsageError, match="init_from=HF_LLAVA_DIR"):
+        evaluate(compose_cfg("benchmark=vqav2", config="eval"))
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        evaluate(compose_cfg(*args[1:], f"init_from={tmp_path / 'bench'}", config="eval"))
+    monkeypatch.undo()
+    (tmp_path / "not_llava").mkdir()
+    (tmp_path / "not_llava/config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(HFLlavaError, match="not an HF Llava folder"):
+        evaluate(compose_cfg(*args[1:], f"init_from={tmp_path / 'not_llava'}", config="eval"))
