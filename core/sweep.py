@@ -19,28 +19,29 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from core.report import benchmark_chart, loss_chart, loss_curve, main_metric, main_metrics
-from data.atomic import read_json
+from data.atomic import read_json, write_json
 
 
 class SweepSummary(Callback):
-    """Collects each job's overrides and run directory; writes and prints the summary when the sweep ends."""
-
-    def __init__(self) -> None:
-        self.jobs: list[dict] = []
+    """Each job records its overrides, run directory and error in `<sweep dir>/<job number>/job.json` (in the
+    job's own process, which under a cluster launcher such as submitit is not the launching one); when the sweep
+    ends, the launching process reads them back and writes and prints the summary."""
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        job = {"overrides": list(job_return.overrides or []), "run_dir": None, "error": ""}
+        job = {"number": int(config.hydra.job.num), "overrides": list(job_return.overrides or []), "run_dir": None,
+               "error": ""}
         try:
             returned = job_return.return_value if isinstance(job_return.return_value, dict) else {}
             job["run_dir"] = returned.get("run_dir")
         except Exception as err:  # the job failed: its row says so instead of vanishing
             job["error"] = f"{type(err).__name__}: {err}".splitlines()[0]
             job["run_dir"] = _run_dir_of(job_return.cfg)  # training may have finished before the failure
-        self.jobs.append(job)
+        write_json(Path(config.hydra.runtime.output_dir) / "job.json", job)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         out = Path(config.hydra.sweep.dir)
-        text = write_summary(self.jobs, out)
+        jobs = sorted((read_json(p) for p in out.glob("*/job.json")), key=lambda job: job["number"])
+        text = write_summary(jobs, out)
         print(text)
         print(f"sweep summary written to {out / 'summary.md'}")
 
@@ -55,14 +56,14 @@ def _run_dir_of(cfg: DictConfig | None) -> str | None:
 
 
 def write_summary(jobs: list[dict], out: Path) -> str:
-    """Write `out/summary.md`, `out/summary.png`, `out/summary_loss.png` for `jobs` ({"overrides", "run_dir",
-    "error"} each, in launch order); return the markdown."""
+    """Write `out/summary.md`, `out/summary.png`, `out/summary_loss.png` for `jobs` ({"number", "overrides",
+    "run_dir", "error"} each, in launch order); return the markdown."""
     out.mkdir(parents=True, exist_ok=True)
     common = [o for o in (jobs[0]["overrides"] if jobs else []) if all(o in j["overrides"] for j in jobs)]
     labels, losses, metrics, curves = [], [], [], {}
     for number, job in enumerate(jobs):
         own = [o for o in job["overrides"] if o not in common]
-        labels.append(f"#{number} " + (" ".join(own) or "(no overrides)"))
+        labels.append(f"#{job.get('number', number)} " + (" ".join(own) or "(no overrides)"))
         run_dir = Path(job["run_dir"]) if job["run_dir"] else None
         train = read_json(run_dir / "results.json", default={}).get("train", {}) if run_dir else {}
         losses.append({k: v for k, v in train.items() if k.endswith("/train_loss")})
