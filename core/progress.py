@@ -5,6 +5,7 @@
 
 Off a TTY, `track` prints `description: n/total (p%), elapsed s, ETA s` at most every `every_seconds`
 and once at the end, so a log file shows the progress of a long preparation step as it happens.
+Training steps get the same lines from `core.progress_lines.ProgressLines` (a Lightning callback).
 """
 
 from __future__ import annotations
@@ -25,13 +26,17 @@ def interactive(stream: TextIO | None = None) -> bool:
     return bool(getattr(stream, "isatty", lambda: False)())
 
 
-def eta_line(description: str, done: int, total: int | None, elapsed: float) -> str:
-    """`description: done/total (p%), elapsed s, ETA s` (without total: `description: done, elapsed s`)."""
+def eta_line(description: str, done: int, total: int | None, elapsed: float, since: int = 0,
+             extra: dict[str, str] | None = None) -> str:
+    """`description: done/total (p%), elapsed s, ETA s` (without total: `description: done, elapsed s`), then
+    `, key value` for each of `extra`. `since`: what was already done when the clock started (a resumed run),
+    so the rate, and with it the ETA, counts only the work of the last `elapsed` seconds."""
+    tail = "".join(f", {k} {v}" for k, v in (extra or {}).items())
     if not total:
-        return f"{description}: {done}, {elapsed:.0f} s"
-    rate = done / elapsed if elapsed > 0 else 0.0
+        return f"{description}: {done}, {elapsed:.0f} s{tail}"
+    rate = (done - since) / elapsed if elapsed > 0 else 0.0
     eta = (total - done) / rate if rate > 0 else float("nan")
-    return f"{description}: {done}/{total} ({100 * done / total:.0f}%), {elapsed:.0f} s, ETA {eta:.0f} s"
+    return f"{description}: {done}/{total} ({100 * done / total:.0f}%), {elapsed:.0f} s, ETA {eta:.0f} s{tail}"
 
 
 def track(iterable: Iterable[T], description: str, total: int | None = None, every_seconds: float = 10.0,

@@ -216,6 +216,8 @@ def train(cfg: DictConfig) -> dict:
         update_results(run_dir, {"train": {k: v for k, v in results.items() if k != "run_dir"}})
         log_artifacts(loggers, [run_dir / "config.yaml", run_dir / "results.json"])
         print_report(results, title=f"run {name}")
+        from core.after_training import evaluate_after_training  # cfg.eval.benchmarks (conf/train.yaml)
+        evaluate_after_training(cfg, run_dir)
     return results
 
 

@@ -9,6 +9,8 @@
   `checkpoints/step=N.ckpt` (N counts steps over the whole run) keeping the
   newest `keep_last_k` when it is above 0; every write is atomic;
 - `core.throughput.ThroughputMonitor` (`perf/*` metrics) unless `throughput: false`;
+- progress (`progress_bar: true`): Lightning's Rich bar when stdout is a terminal; otherwise (SLURM, nohup,
+  CI) the bar is off and `core.progress_lines.ProgressLines` prints a plain line every `progress_every` steps;
 - `profile: true`: Lightning's PyTorchProfiler over `profile_steps` steps
   (after one wait and one warm-up step), writing a Chrome trace and
   `profile/fit-summary.txt` (top operators, fraction of time waiting for data)
@@ -28,6 +30,8 @@ from lightning.pytorch.profilers import PyTorchProfiler
 from omegaconf import DictConfig
 
 from core.checkpoint import AtomicCheckpointIO
+from core.progress import interactive
+from core.progress_lines import ProgressLines
 from core.resolvers import register_resolvers
 from core.throughput import ThroughputMonitor
 
@@ -104,8 +108,12 @@ def build_trainer(cfg: DictConfig, phase: DictConfig, run_dir: Path, max_steps: 
         callbacks = [ModelCheckpoint(save_top_k=0, **ckpt)]
     if t.get("throughput", True):
         callbacks.append(ThroughputMonitor(peak_flops=t.get("peak_flops"), fp8=bool(t.get("fp8", False))))
-    if t.get("progress_bar", True):
+    progress, bar = bool(t.get("progress_bar", True)), False
+    if progress and interactive():
         callbacks.append(_StepProgressBar())
+        bar = True
+    elif progress:  # no terminal: a bar would only appear at the end of the log
+        callbacks.append(ProgressLines(every=int(t.get("progress_every") or 10), phase=phase.name))
     return L.Trainer(
         accelerator=t.accelerator,
         devices=t.devices,
@@ -122,7 +130,7 @@ def build_trainer(cfg: DictConfig, phase: DictConfig, run_dir: Path, max_steps: 
         plugins=[AtomicCheckpointIO(), *([SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else [])],
         default_root_dir=run_dir,
         profiler=build_profiler(t, run_dir),
-        enable_progress_bar=bool(t.get("progress_bar", True)),
+        enable_progress_bar=bar,
         enable_model_summary=False,
         use_distributed_sampler=False,  # core.data.StreamSampler shards by rank itself
         num_sanity_val_steps=0,

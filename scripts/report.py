@@ -1,12 +1,13 @@
-"""Compare evaluated runs: a markdown table (benchmarks x runs) and a PNG bar chart.
+"""Compare runs: a markdown table (benchmarks x runs), a PNG bar chart of it, and the runs' loss curves.
 
     python scripts/report.py runs/* [--out DIR]
 
 Reads each run's `results.json` (its `benchmarks` key maps benchmark name -> metrics, as written by
-`core.run.evaluate`), prints the table and writes `DIR/report.md` and `DIR/report.png` (default DIR: the
-current folder). One number per benchmark, its main metric: F1 for POPE, `accuracy` (percent) for every
-other benchmark. Runs that were never evaluated (or lack a benchmark) get empty cells; arguments that are
-not run directories are skipped with a note.
+`core.run.evaluate`), prints the table and writes `DIR/report.md`, `DIR/report.png` (the benchmark chart)
+and `DIR/report_loss.png` (`train/loss` per step from each run's `metrics.csv`) (default DIR: the current
+folder). One number per benchmark, its main metric (`core.report.main_metric`: F1 for POPE, `accuracy` in
+percent for every other benchmark). Runs that were never evaluated (or lack a benchmark) get empty cells;
+arguments that are not run directories are skipped with a note.
 """
 
 from __future__ import annotations
@@ -15,76 +16,42 @@ import argparse
 import sys
 from pathlib import Path
 
-from data.atomic import read_json
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # `python scripts/report.py` puts scripts/ first, not the repository
+    sys.path.insert(0, str(REPO))
 
-MAIN_METRIC = {"pope": "f1"}  # every other benchmark: "accuracy"
-
-
-def main_metric(benchmark: str) -> str:
-    return MAIN_METRIC.get(benchmark, "accuracy")
+from core.report import benchmark_chart, benchmark_table, loss_chart, loss_curve, main_metrics  # noqa: E402
 
 
-def collect(run_dirs: list[Path]) -> tuple[list[str], list[str], dict[tuple[str, str], float]]:
-    """(run names, benchmark names, {(benchmark, run): value})."""
-    runs, benchmarks, values = [], [], {}
+def collect(run_dirs: list[Path]) -> tuple[list[str], list[str], dict[tuple[str, str], float], dict[str, list]]:
+    """(run names, benchmark names, {(benchmark, run): main metric}, {run: loss curve})."""
+    runs, benchmarks, values, curves = [], set(), {}, {}
     for d in run_dirs:
-        results = d / "results.json"
-        if not d.is_dir() or not ((d / "config.yaml").exists() or results.exists()):
+        if not d.is_dir() or not ((d / "config.yaml").exists() or (d / "results.json").exists()):
             print(f"note: {d} is not a run directory, skipped", file=sys.stderr)
             continue
         name = d.name if d.name not in runs else str(d)  # two runs of the same name in different folders
         runs.append(name)
-        data = read_json(results, default={})
-        for bench, metrics in (data.get("benchmarks") or {}).items():
-            if bench not in benchmarks:
-                benchmarks.append(bench)
-            value = metrics.get(main_metric(bench)) if isinstance(metrics, dict) else None
-            if isinstance(value, (int, float)):
-                values[(bench, name)] = float(value)
-    return runs, sorted(benchmarks), values
-
-
-def markdown(runs, benchmarks, values) -> str:
-    head = "| benchmark (metric) | " + " | ".join(runs) + " |"
-    rule = "|---|" + "---:|" * len(runs)
-    rows = [f"| {b} ({main_metric(b)}) | " + " | ".join(
-        f"{values[(b, r)]:.2f}" if (b, r) in values else "" for r in runs) + " |" for b in benchmarks]
-    return "\n".join([head, rule, *rows]) + "\n"
-
-
-def bar_chart(runs, benchmarks, values, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(benchmarks) * max(1, len(runs)) ** 0.5 + 2), 4))
-    width = 0.8 / max(1, len(runs))
-    for j, run in enumerate(runs):
-        xs = [i + (j - (len(runs) - 1) / 2) * width for i in range(len(benchmarks))]
-        ax.bar(xs, [values.get((b, run), 0.0) for b in benchmarks], width, label=run)
-    ax.set_xticks(range(len(benchmarks)), [f"{b}\n({main_metric(b)})" for b in benchmarks])
-    ax.set_ylabel("score (%)")
-    ax.set_ylim(0, 100)
-    if runs:
-        ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+        for bench, value in main_metrics(d).items():
+            benchmarks.add(bench)
+            values[(bench, name)] = value
+        curves[name] = loss_curve(d)
+    return runs, sorted(benchmarks), values, curves
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run directories (runs/*)")
-    parser.add_argument("--out", type=Path, default=Path("."), help="folder for report.md and report.png")
+    parser.add_argument("--out", type=Path, default=Path("."), help="folder for report.md, report.png, report_loss.png")
     args = parser.parse_args(argv)
-    runs, benchmarks, values = collect(args.runs)
-    table = markdown(runs, benchmarks, values)
+    runs, benchmarks, values, curves = collect(args.runs)
+    table = benchmark_table(runs, benchmarks, values)
     print(table, end="")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "report.md").write_text(table)
-    bar_chart(runs, benchmarks, values, args.out / "report.png")
-    print(f"wrote {args.out / 'report.md'} and {args.out / 'report.png'}", file=sys.stderr)
+    benchmark_chart(runs, benchmarks, values, args.out / "report.png")
+    loss_chart(curves, args.out / "report_loss.png")
+    print(f"wrote {args.out / 'report.md'}, {args.out / 'report.png'} and {args.out / 'report_loss.png'}", file=sys.stderr)
     return 0
 
 

@@ -1,6 +1,7 @@
 """End-to-end runs on the tiny flavours: training lowers the loss, evaluation writes results.json,
-bad data is counted at the end of the run, sweeps get one directory each and a summary table, the
-task choice selects what a run trains with and is evaluated on, and the entry points' user errors.
+bad data is counted at the end of the run, sweeps get one directory each, evaluate every job and
+summarise them (table and charts), the task choice selects what a run trains with and is evaluated
+on, and the entry points' user errors.
 
 The entry points (train.py, evaluate.py) run in this process through `run_script` (their `__main__`
 block, Hydra's command-line parsing and launcher included); only the test whose behaviour is set at
@@ -144,16 +145,44 @@ def test_the_task_choice_selects_what_a_run_trains_with_and_is_evaluated_on():
                          ("benchmark=rollouts",): "rollouts"}
 
 
-def test_multirun_gets_one_directory_per_job_and_a_summary(tmp_path, run_script):
-    status = run_script("train.py", "-m", *SMALL, *SCRATCH_SMALL, f"run.root={tmp_path}", "trainer.max_steps=1",
-                        "projector=linear,mlp", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+def table(markdown: str) -> list[dict[str, str]]:
+    """The rows of the first markdown table in `markdown`, as {column: cell}."""
+    lines = [line for line in markdown.splitlines() if line.startswith("|")]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+    return [dict(zip(cells[0], row)) for row in cells[2:]]
+
+
+def test_a_sweep_evaluates_every_job_and_its_summary_and_the_report_show_the_metrics(tmp_path, run_script):
+    sweep = tmp_path / "sweep"
+    status = run_script("train.py", "-m", *SMALL, *SCRATCH_SMALL, f"run.root={tmp_path}", "trainer.max_steps=2",
+                        "projector=linear,mlp", "eval.benchmarks=[sort_of_clevr]", "eval.limit=4",
+                        'eval.overrides={sort_of_clevr:["batch_size=2"]}', f"hydra.sweep.dir={sweep}")
     assert status == 0
-    runs = sorted(p.name for p in tmp_path.iterdir() if (p / "config.yaml").exists())
-    assert [name.split("-")[2] for name in runs] == ["linear", "mlp"]
-    summary = (tmp_path / "sweep" / "summary.md").read_text()
-    rows = [line for line in summary.splitlines() if "projector=linear" in line or "projector=mlp" in line]
-    assert len(rows) == 2 and "scratch/train_loss" in summary
-    assert all(str(tmp_path / name) in summary for name in runs)
+    runs = sorted(p for p in tmp_path.iterdir() if (p / "config.yaml").exists())
+    assert [run.name.split("-")[2] for run in runs] == ["linear", "mlp"]  # one directory per job
+    results = {run: json.loads((run / "results.json").read_text()) for run in runs}
+    for saved in results.values():  # every job was evaluated after training, as evaluate.py writes it
+        assert saved["benchmarks"]["sort_of_clevr"]["n"] == 4 and saved["benchmark"] == "sort_of_clevr"
+
+    summary = (sweep / "summary.md").read_text()
+    (common,) = [line for line in summary.splitlines() if line.startswith("Overrides common to every job")]
+    assert "eval.benchmarks=[sort_of_clevr]" in common and "projector=" not in common  # said once, above the table
+    rows = {row["job"]: row for row in table(summary)}
+    assert sorted(rows) == ["#0 projector=linear", "#1 projector=mlp"]
+    for run in runs:
+        row = rows[f"#{'0' if run.name.split('-')[2] == 'linear' else '1'} projector={run.name.split('-')[2]}"]
+        saved = results[run]
+        assert row["run"] == str(run)
+        assert row["scratch/train_loss"] == f"{saved['train']['scratch/train_loss']:.4f}"
+        assert row["sort_of_clevr (accuracy)"] == f"{saved['benchmarks']['sort_of_clevr']['accuracy']:.2f}"
+    for png in ("summary.png", "summary_loss.png"):
+        assert (sweep / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({png})" in summary
+
+    assert run_script("scripts/report.py", *map(str, runs), "--out", str(tmp_path / "report")) == 0
+    (report_row,) = table((tmp_path / "report" / "report.md").read_text())
+    assert report_row == {"benchmark (metric)": "sort_of_clevr (accuracy)",
+                          **{run.name: f"{results[run]['benchmarks']['sort_of_clevr']['accuracy']:.2f}" for run in runs}}
+    assert (tmp_path / "report" / "report_loss.png").stat().st_size > 1000
 
 
 def test_unknown_choice_fails_with_hydra_list_of_choices():

@@ -1,4 +1,5 @@
-"""`scripts/report.py`: a markdown table of each benchmark's main metric per run, and a PNG bar chart."""
+"""`scripts/report.py`: a markdown table of each benchmark's main metric per run, a PNG bar chart, and the runs'
+loss curves from metrics.csv (a PNG)."""
 import json
 import sys
 from pathlib import Path
@@ -6,6 +7,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 import report  # noqa: E402
+
+import core.report as report_core  # noqa: E402
 
 
 def make_run(root: Path, name: str, benchmarks: dict | None) -> Path:
@@ -34,6 +37,22 @@ def test_report_table_and_chart(tmp_path, capsys):
                          "| pope (f1) | 85.50 |  |  |",
                          "| vqav2 (accuracy) | 61.23 | 70.00 |  |"]
     png = (out / "report.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
+    assert (out / "report_loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # no metrics.csv: an empty chart
+
+
+def test_loss_curves_are_read_from_metrics_csv_and_plotted(tmp_path, monkeypatch):
+    a = make_run(tmp_path, "a", None)
+    # as RunCSVLogger writes it: sorted columns, rows without a loss (perf-only) skipped, steps in file order
+    (a / "metrics.csv").write_text("perf/step_time,step,train/loss\n0.5,0,2.5\n0.4,1,2.25\n0.3,2,\n0.3,3,1.75\n")
+    b = make_run(tmp_path, "b", None)
+    assert report_core.loss_curve(a) == [(0, 2.5), (1, 2.25), (3, 1.75)] and report_core.loss_curve(b) == []
+    plotted = {}
+    real = report.loss_chart
+    monkeypatch.setattr(report, "loss_chart", lambda curves, path: (plotted.update(curves), real(curves, path)))
+    assert report.main([str(a), str(b), "--out", str(tmp_path / "o")]) == 0
+    assert plotted == {"a": [(0, 2.5), (1, 2.25), (3, 1.75)], "b": []}
+    png = (tmp_path / "o" / "report_loss.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
 
 
