@@ -56,11 +56,13 @@ warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
 
 def run_name(cfg: DictConfig) -> str:
     """`run.name` if set, else `run.name_parts` joined by '-' with the first 8 hex digits of the SHA-1 of the
-    resolved config (`run.name` left out)."""
+    resolved config (`run.name` and the after-training evaluation `eval` left out: adding a benchmark to a finished
+    run evaluates it instead of training a new one)."""
     if cfg.run.get("name"):
         return str(cfg.run.name)
     body = OmegaConf.to_container(cfg, resolve=True)
     body["run"].pop("name", None)
+    body.pop("eval", None)
     digest = hashlib.sha1(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:8]
     parts = [str(p) for p in cfg.run.get("name_parts") or []]
     return "-".join([*parts, digest])
