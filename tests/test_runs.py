@@ -104,6 +104,7 @@ def test_run_name_is_stable_and_differs_between_commands():
     a1, a2 = compose_cfg(*SMALL), compose_cfg(*SMALL)
     b = compose_cfg(*SMALL, "projector=linear")
     assert run_dir_of(a1) == run_dir_of(a2) != run_dir_of(b)
+    assert run_dir_of(compose_cfg(*SMALL, "eval.benchmarks=[sort_of_clevr]")) == run_dir_of(a1)  # evaluating adds no run
     assert re.fullmatch(r"tiny_siglip-tiny_llama-mlp-scratch-[0-9a-f]{8}", run_dir_of(a1).name)
     assert re.fullmatch(r"behavior-metaworld_reach-mlp_bc-fast-[0-9a-f]{8}",
                         run_name(compose_cfg("task=behavior", "env=metaworld_reach", "policy=mlp_bc", "tokenizer=fast")))
@@ -208,3 +209,9 @@ def test_saved_config_rebuilds_the_run(small_cfg):
     saved = OmegaConf.load(Path(cfg.run.root) / "one" / "config.yaml")
     assert saved.encoder.model_id == "tiny:tiny_siglip" and saved.stage.phases.scratch.trainable == ["encoder", "projector", "backbone"]
     assert OmegaConf.to_container(saved) == OmegaConf.to_container(cfg, resolve=True)
+
+
+def test_the_headline_command_shows_the_paper_recipe_in_cfg_job(run_script, capsys):
+    assert run_script("train.py", "encoder=siglip", "backbone=llama", "--cfg", "job") == 0
+    job = OmegaConf.create(capsys.readouterr().out)
+    assert job.stage.name == "single_stage" and job.data.name == "llava_v15"
