@@ -17,7 +17,7 @@ from core.run import RecipeError, evaluate, refuse_oversized_parts, train
 from data.errors import DataError
 from tests.conftest import BASE, ROOT, compose_cfg, composed
 from tests.data.llava_layout import write_llava_v15
-from tests.eval.test_eval_runners import make_vqav2
+from tests.eval.fixtures import make_vqav2
 
 ROWS = re.search(r"<!-- values: .*? -->\n(.*?)<!-- end values -->", (ROOT / "docs/recipes.md").read_text(), re.S).group(1)
 VALUES = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in ROWS.splitlines()[2:] if line.strip()]
