@@ -31,7 +31,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+from core.conf import CONF_DIR as CONF
+
 
 
 def eval_settings(cfg: DictConfig) -> tuple[list[str], dict[str, list[str]]]:

@@ -12,14 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
+from core.conf import CONF_DIR as CONF
 from eval.scorers import Scorer, ScoringError, build_scorer
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def compose_benchmarks(names: list[str]) -> dict[str, DictConfig]:
