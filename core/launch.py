@@ -61,7 +61,13 @@ def barrier() -> None:
     while not work.is_completed():
         _check_children()
         time.sleep(0.05)
-    work.wait()
+    try:
+        work.wait()
+    except RuntimeError:  # gloo saw a peer's connection close: name the child that died, if one did
+        for child in _children:
+            child.join(timeout=5)
+        _check_children()
+        raise
 
 
 @contextmanager
@@ -151,7 +157,7 @@ def _threads(cfg: Any, world: int) -> Iterator[None]:
     """Split the CPU cores between the ranks when `threads` is unset and the model runs on the CPU."""
     before = torch.get_num_threads()
     if cfg.get("threads"):
-        torch.set_num_threads(int(cfg.threads))
+        torch.set_num_threads(int(cfg.get("threads")))
     elif local_device(cfg) == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     try:
