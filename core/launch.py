@@ -1,7 +1,8 @@
 """Several evaluation processes joined in one torch.distributed group (`python evaluate.py ... devices=N`).
 
 `processes(devices, entry, cfg)` is a context manager yielding `(rank, world)`:
-- already inside a group (a child spawned here, or nested): that group's rank and size;
+- already in an evaluation group (a child spawned here calling `entry`): that group's rank and size;
+- in another group (a DDP / FSDP training evaluating after training on its rank 0): `(0, 1)`, this process alone;
 - started by a launcher (torchrun or srun set `WORLD_SIZE`/`RANK`/`MASTER_ADDR`/`MASTER_PORT`): it joins that group,
   one process per launched rank (`devices` must then be 1 or the launcher's world size);
 - `devices=N > 1` in a plain process: this process becomes rank 0 and spawns N-1 children (the `spawn` start
@@ -32,6 +33,7 @@ import torch.multiprocessing as mp
 
 TIMEOUT = datetime.timedelta(hours=24)  # the slowest shard may finish hours after the fastest
 _children: list = []  # the processes this one spawned (rank 0 of a spawned group)
+_joined = [False]  # whether this process is in an evaluation group (not, say, the group of a training that evaluates)
 
 
 class ProcessFailed(RuntimeError):
@@ -39,8 +41,8 @@ class ProcessFailed(RuntimeError):
 
 
 def rank_world() -> tuple[int, int]:
-    """This process's rank and the group size ((0, 1) without a group)."""
-    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    """This process's rank and size in its evaluation group ((0, 1) outside one)."""
+    return (dist.get_rank(), dist.get_world_size()) if _joined[0] else (0, 1)
 
 
 def local_device(cfg: Any) -> str:
@@ -55,7 +57,7 @@ def local_device(cfg: Any) -> str:
 
 def barrier() -> None:
     """Wait for every rank (no-op without a group); raises `ProcessFailed` if a spawned child died meanwhile."""
-    if not dist.is_initialized():
+    if not _joined[0]:
         return
     work = dist.barrier(async_op=True)
     while not work.is_completed():
@@ -73,8 +75,14 @@ def barrier() -> None:
 @contextmanager
 def processes(devices: int, entry: Callable[[Any], Any], cfg: Any) -> Iterator[tuple[int, int]]:
     devices = int(devices or 1)
-    if dist.is_initialized():
+    if _joined[0]:
         yield rank_world()
+        return
+    if dist.is_initialized():  # another group: a multi-process training evaluating on its rank 0 (core/after_training.py)
+        if devices > 1:
+            raise ValueError(f"devices={devices} inside a process group that is not an evaluation's (a multi-process "
+                             "training evaluates on its rank 0 alone); evaluate the run afterwards with devices=N")
+        yield 0, 1
         return
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     if launched > 1:
@@ -82,11 +90,8 @@ def processes(devices: int, entry: Callable[[Any], Any], cfg: Any) -> Iterator[t
             raise ValueError(f"devices={devices} but the launcher started {launched} processes (WORLD_SIZE); "
                              "pass devices=1 or devices=WORLD_SIZE, or start evaluate.py without torchrun")
         dist.init_process_group("gloo", timeout=TIMEOUT)
-        with _threads(cfg, launched):
-            try:
-                yield rank_world()
-            finally:
-                dist.destroy_process_group()
+        with _joined_group(), _threads(cfg, launched):
+            yield rank_world()
         return
     if devices <= 1:
         yield 0, 1
@@ -99,11 +104,8 @@ def processes(devices: int, entry: Callable[[Any], Any], cfg: Any) -> Iterator[t
         child.start()
     try:
         _init_watching_children(port, devices)
-        with _threads(cfg, devices):
-            try:
-                yield 0, devices
-            finally:
-                dist.destroy_process_group()
+        with _joined_group(), _threads(cfg, devices):
+            yield 0, devices
         for child in _children:
             child.join()
         _check_children()
@@ -119,10 +121,18 @@ def processes(devices: int, entry: Callable[[Any], Any], cfg: Any) -> Iterator[t
 def _child(rank: int, world: int, port: int, entry: Callable[[Any], Any], cfg: Any) -> None:
     os.environ["LOCAL_RANK"] = str(rank)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=TIMEOUT)
+    with _joined_group(), _threads(cfg, world):
+        entry(cfg)
+
+
+@contextmanager
+def _joined_group() -> Iterator[None]:
+    """Mark the just initialised default group as this evaluation's; destroy it at the end."""
+    _joined[0] = True
     try:
-        with _threads(cfg, world):
-            entry(cfg)
+        yield
     finally:
+        _joined[0] = False
         dist.destroy_process_group()
 
 

@@ -137,3 +137,20 @@ def test_bfloat16_language_model_starts_the_log_over(tiny, tmp_path):
     assert metrics["n"] == 2 and records(c / "predictions/pope.jsonl")[0] != meta32
     with pytest.raises(ValueError, match="precision='float16'"):
         evaluate(cfg_of(c, bench, "precision=float16"))
+
+
+def test_a_training_group_is_not_taken_for_an_evaluation_group(tmp_path):
+    """A multi-process training evaluates on its rank 0 alone (core/after_training.py): no barrier with ranks that
+    never evaluate, and devices=N there is an error."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        with processes(1, sys.exit, {"threads": 1}) as (rank, world):
+            barrier()
+            assert (rank, world) == (0, 1)
+        with pytest.raises(ValueError, match="not an evaluation's"):
+            with processes(2, sys.exit, {"threads": 1}):
+                pass
+    finally:
+        dist.destroy_process_group()
