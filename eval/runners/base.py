@@ -20,7 +20,10 @@ and how the file named by `subset_of` looks when cut to some items (`subset`). T
   settings and weights it was made with), then one prediction object per line, appended, flushed and
   fsync'ed after every batch. A later run with the same settings and weights resumes after the
   predictions already there (a trailing partial line left by a crash is dropped and rewritten); with
-  other settings or weights it starts over;
+  other settings or weights it starts over (eval/predlog.py);
+- `cfg.devices=N` (core/launch.py): the missing items' batches are dealt round-robin to N processes, each
+  appending to its own part of the log; rank 0 merges the parts and scores once (see `predict`). On a GPU the
+  language model runs in bfloat16 (`cfg.precision`);
 - `RUN_DIR/predictions/<name>.json`: the asked items' predictions in the official format, scored
   by the config's `scorer` (see `eval.scorers.build_scorer`). The metrics dict is returned as the
   scorer returns it (overall accuracy under `accuracy`, percent).
