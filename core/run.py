@@ -232,17 +232,24 @@ def _is_current(ckpt: Path, step: int, phase: str) -> bool:
     return info["global_step"] == step and info["phase"] == phase
 
 
-def evaluate(cfg: DictConfig) -> dict:
+def evaluate(cfg: DictConfig) -> dict | None:
     """Run `cfg.benchmark` (a Hydra `_target_` callable: (run_dir, cfg) -> metrics) on a trained run (`run=DIR`) or
-    on a published checkpoint without training (`init_from=DIR`: its run directory is made by core/imported.py)."""
+    on a published checkpoint without training (`init_from=DIR`: its run directory is made by core/imported.py).
+
+    `devices=N` (or a torchrun / srun launch) evaluates in N processes (core/launch.py): every rank calls the
+    benchmark, which shares the items out (a benchmark with `shardable = True`); rank 0 gets the metrics, writes
+    results.json and returns them, the other ranks return None."""
     from core.imported import UsageError, imported_run_dir
+    from core.launch import processes, rank_world
 
     if cfg.get("run") and cfg.get("init_from"):
         raise UsageError(f"run={cfg.run} and init_from={cfg.init_from} are exclusive: run= evaluates a trained run, "
                          "init_from= an HF Llava folder without training; pass one of them")
+    first = rank_world()[0] == 0
     if cfg.get("init_from"):
         run_dir = imported_run_dir(cfg)
-        console.print(f"evaluating {cfg.init_from} without training; predictions and results in [bold]{run_dir}[/]")
+        if first:
+            console.print(f"evaluating {cfg.init_from} without training; predictions and results in [bold]{run_dir}[/]")
     elif not cfg.get("run"):
         raise UsageError("nothing to evaluate: pass run=RUN_DIR (a trained run) or init_from=HF_LLAVA_DIR (a published checkpoint)")
     else:
@@ -250,7 +257,15 @@ def evaluate(cfg: DictConfig) -> dict:
     if not (run_dir / "config.yaml").exists():
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml); pass run=runs/NAME")
     benchmark = instantiate(cfg.benchmark, _recursive_=False)
-    metrics = benchmark(run_dir, cfg)
+    devices = int(cfg.get("devices") or 1)
+    if devices < 1:
+        raise UsageError(f"devices={devices}: pass the number of evaluation processes (1 or more)")
+    if devices > 1 and not getattr(benchmark, "shardable", False):
+        raise UsageError(f"benchmark {cfg.benchmark.name} runs in one process; drop devices={devices}")
+    with processes(devices, evaluate, cfg) as (rank, _):
+        metrics = benchmark(run_dir, cfg)
+    if rank != 0:
+        return None
     previous = read_json(run_dir / "results.json", default={})
     # top level: the latest evaluation's metrics (flat); `benchmarks`: every benchmark evaluated so far
     update_results(run_dir, {**metrics, "benchmark": cfg.benchmark.name,

@@ -20,7 +20,10 @@ and how the file named by `subset_of` looks when cut to some items (`subset`). T
   settings and weights it was made with), then one prediction object per line, appended, flushed and
   fsync'ed after every batch. A later run with the same settings and weights resumes after the
   predictions already there (a trailing partial line left by a crash is dropped and rewritten); with
-  other settings or weights it starts over;
+  other settings or weights it starts over (eval/predlog.py);
+- `cfg.devices=N` (core/launch.py): the missing items' batches are dealt round-robin to N processes, each
+  appending to its own part of the log; rank 0 merges the parts and scores once (see `predict`). On a GPU the
+  language model runs in bfloat16 (`cfg.precision`);
 - `RUN_DIR/predictions/<name>.json`: the asked items' predictions in the official format, scored
   by the config's `scorer` (see `eval.scorers.build_scorer`). The metrics dict is returned as the
   scorer returns it (overall accuracy under `accuracy`, percent).
@@ -41,11 +44,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 import vlm
+from core.launch import barrier, local_device, rank_world
 from data.atomic import atomic_directory, atomic_file
+from eval.predlog import consolidate, read_log, shard_log
 from eval.scorers import build_scorer
 
 console = Console()
 MODES = ("likelihood", "generate")  # benchmark.mode of benchmarks with answer options (docs/evaluation.md)
+PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # `precision`: the language model's weights
 
 
 @dataclass
@@ -69,6 +75,7 @@ class Runner:
     to the asked items is not the annotations (see the module docstring)."""
 
     subset_of: str = "annotations"        # the `scoring_files` key replaced by `subset(items)` under `limit`
+    shardable = True                      # `devices=N` splits the items between N processes (core/launch.py)
     subset_name: str = "annotations.json"  # written as predictions/<name>.<subset_name>
 
     def __init__(self, name: str, scorer: Any, root: str | None = None, prompt_suffix: str = "",
@@ -141,6 +148,8 @@ class Runner:
         if len(set(ids)) != len(ids):
             raise ValueError(f"benchmark {self.name}: duplicated item ids; the runner needs one id per question")
         done = self.predict(run_dir, items, cfg)
+        if done is None:  # another rank than 0 of a sharded evaluation: rank 0 merges and scores
+            return None
         official = [self.official(it, done[it.id]["answer"]) for it in items]
         out = pred_dir / f"{self.name}.json"
         with atomic_file(out) as tmp:
@@ -152,7 +161,7 @@ class Runner:
                           questions=None if files.get("questions") is None else str(files["questions"]),
                           split=files.get("split"))
 
-    def fingerprint(self, run_dir: Path) -> dict:
+    def fingerprint(self, run_dir: Path, cfg=None) -> dict:
         weights, config = run_dir / "model.safetensors", run_dir / "config.yaml"
         stat = weights.stat() if weights.exists() else None
         if stat is not None:
@@ -161,34 +170,61 @@ class Runner:
             identity = hashlib.sha1(config.read_bytes()).hexdigest()[:12] if config.exists() else None
         settings = {"prompt_suffix": self.prompt_suffix, "max_new_tokens": self.max_new_tokens, "mode": self.mode,
                     "settings": {k: str(v) for k, v in sorted(self.settings.items())}, "root": str(self.root)}
+        if precision_of(cfg) != "float32":  # float32 logs (all of them before `precision` existed) stay valid
+            settings["precision"] = precision_of(cfg)
         digest = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
         return {"benchmark": self.name, "settings": digest, "weights": identity}
 
-    def predict(self, run_dir: Path, items: list[Item], cfg) -> dict[str, dict]:
-        """Predictions for `items` by id, resuming the log; the model is loaded only if some are missing."""
+    def predict(self, run_dir: Path, items: list[Item], cfg) -> dict[str, dict] | None:
+        """Predictions for `items` by id, resuming the log; the model is loaded only if some are missing.
+
+        With several processes (core/launch.py) rank 0 first folds every part of the log into it; then the items
+        still missing are cut into the batches one process would run, and rank r runs batches r, r+N, r+2N, ...
+        appending to its own part of the log (eval/predlog.py), so every batch, and hence every prediction, is
+        the one a single process makes. After a barrier rank 0 folds the parts in again and returns everything;
+        the other ranks return None."""
         log = run_dir / "predictions" / f"{self.name}.jsonl"
-        meta = self.fingerprint(run_dir)
-        done = read_log(log, meta)
+        meta = self.fingerprint(run_dir, cfg)
+        rank, world = rank_world()
+        done = consolidate(log, meta) if rank == 0 else {}
+        if world > 1:
+            barrier()
+            if rank:
+                done = read_log(log, meta)  # already clean: read only
         todo = [it for it in items if it.id not in done]
-        if not todo:
-            return done
-        if done:
-            console.print(f"{self.name}: resuming {log}: {len(items) - len(todo)} of {len(items)} items already answered")
-        device = cfg.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
-        model = vlm.load(run_dir, device=device)
         batch = max(1, int(cfg.get("batch_size") or 64))
-        columns = (TextColumn(f"[bold]{self.name}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-        with open(log, "a", encoding="utf-8") as f, Progress(*columns, console=console, transient=False) as bar:
-            task = bar.add_task(self.name, total=len(items), completed=len(items) - len(todo))
-            for start in range(0, len(todo), batch):
-                chunk = todo[start : start + batch]
+        mine = [todo[s : s + batch] for s in range(0, len(todo), batch)][rank::world]
+        if done and todo and rank == 0:
+            console.print(f"{self.name}: resuming {log}: {len(items) - len(todo)} of {len(items)} items already answered")
+        if mine:
+            self.answer(run_dir, mine, log if world == 1 else shard_log(log, rank), meta, cfg, done, batch)
+        if world == 1:
+            return done
+        barrier()
+        return consolidate(log, meta) if rank == 0 else None
+
+    def answer(self, run_dir: Path, chunks: list[list[Item]], log: Path, meta: dict, cfg, done: dict, batch: int) -> None:
+        """Run the model on `chunks` (batches), appending each batch's predictions to `log` and `done`."""
+        if not log.exists():
+            read_log(log, meta)  # a new part: its `_meta` line
+        device, precision = local_device(cfg), precision_of(cfg)
+        model = vlm.load(run_dir, device=device)
+        if precision != "float32":  # the language model in the GPU's precision; the vision tower stays float32
+            model.backbone.to(PRECISIONS[precision])
+        rank, world = rank_world()
+        label = self.name if world == 1 else f"{self.name} (rank {rank} of {world})"
+        total = sum(len(c) for c in chunks)
+        columns = (TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+        with open(log, "a", encoding="utf-8") as f, Progress(*columns, console=console, transient=False,
+                                                             disable=rank != 0) as bar:
+            task = bar.add_task(label, total=total)
+            for chunk in chunks:
                 for it, rec in zip(chunk, self.run_batch(model, chunk, batch), strict=True):
                     done[it.id] = rec
                     f.write(json.dumps(rec) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
                 bar.advance(task, len(chunk))
-        return done
 
     def run_batch(self, model, chunk: list[Item], batch_size: int) -> list[dict]:
         images = [load_image(it.image) for it in chunk]
@@ -202,6 +238,15 @@ class Runner:
         probs = model.score(images, prompts, [it.options for it in chunk], batch_size=batch_size)
         return [{"id": it.id, "answer": self.answer_of(it, p), "probs": [round(float(x), 6) for x in p]}
                 for it, p in zip(chunk, probs, strict=True)]
+
+
+def precision_of(cfg) -> str:
+    """The language model's precision: `cfg.precision`, or bfloat16 on a GPU and float32 on the CPU."""
+    precision = (cfg.get("precision") if cfg is not None else None) or (
+        "bfloat16" if cfg is not None and local_device(cfg).startswith("cuda") else "float32")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r}; choose one of {list(PRECISIONS)} (or null: bfloat16 on a GPU)")
+    return precision
 
 
 def write_subset(out: Path, data: Any) -> Path:
@@ -224,45 +269,3 @@ def load_image(path: Path | None) -> Image.Image | None:
         raise FileNotFoundError(f"image {path} not found (image layouts under benchmark.root: docs/evaluation.md)")
     with Image.open(path) as im:
         return im.convert("RGB")
-
-
-def read_log(log: Path, meta: dict) -> dict[str, dict]:
-    """The predictions already in `log` (by id), after making the file a clean prefix: a trailing partial
-    line is cut off; a file made with other settings or weights is started over (its `_meta` line differs).
-    Always leaves the file starting with the current `_meta` line."""
-    header = json.dumps({"_meta": meta}) + "\n"
-    done: dict[str, dict] = {}
-    if log.exists():
-        raw = log.read_bytes()
-        lines = raw.split(b"\n")
-        keep, stale = [], False
-        for i, line in enumerate(lines):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                if i == len(lines) - 1:  # a trailing partial line, left by a crash mid-write
-                    console.print(f"{log}: dropping a partial last line; it will be rewritten")
-                    break
-                raise ValueError(f"{log} line {i + 1} is not valid JSON (only the last line can be partial). "
-                                 f"Fix: delete the file to start this benchmark over") from None
-            if "_meta" in rec:
-                if rec["_meta"] != meta:
-                    console.print(f"{log} was made with other settings or weights; starting over")
-                    stale = True
-                    break
-                continue
-            if isinstance(rec, dict) and "id" in rec and "answer" in rec and str(rec["id"]) not in done:
-                rec["id"] = str(rec["id"])
-                done[rec["id"]] = rec
-                keep.append(rec)
-        if stale:
-            done, keep = {}, []
-        body = header + "".join(json.dumps(r) + "\n" for r in keep)
-        if raw.decode("utf-8", errors="replace") != body:
-            with atomic_file(log) as tmp:
-                tmp.write_text(body, encoding="utf-8")
-    else:
-        log.write_text(header, encoding="utf-8")
-    return done

@@ -50,8 +50,10 @@ class SortOfClevr(Runner):
     def scoring_files(self, run_dir):
         return {"annotations": self.test_file(run_dir)[0]}
 
-    def __call__(self, run_dir: Path, cfg) -> dict:
+    def __call__(self, run_dir: Path, cfg) -> dict | None:
         metrics = super().__call__(run_dir, cfg)
+        if metrics is None:  # a rank other than 0 of a sharded evaluation
+            return None
         return {k: metrics[k] for k in ("accuracy", "accuracy_relational", "accuracy_non_relational")} | {
             f"accuracy_{k}": v for k, v in metrics.get("per_subtype", {}).items()
         } | {"n": metrics["n"]}
