@@ -44,9 +44,10 @@ from safetensors.torch import load_model
 from typing_extensions import get_protocol_members
 
 from data.atomic import read_json, write_json
-from core.checkpoint import peek, remove_stray_tmp, resume_checkpoint, save_weights_atomic
+from core.checkpoint import peek, remove_stray_tmp, resume_checkpoint
 from core.interfaces import Task
 from core.loggers import build_loggers, log_artifacts
+from core.strategies import save_weights
 from core.trainer import build_trainer, world_size
 
 console = Console()
@@ -204,8 +205,8 @@ def train(cfg: DictConfig) -> dict:
         stale = trainer.global_rank == 0 and not _is_current(last_ckpt, trainer.global_step, phase.name)
         if trainer.strategy.broadcast(stale, src=0):
             trainer.save_checkpoint(last_ckpt, weights_only=False)  # every rank takes part in a save
+        save_weights(trainer.strategy, model, weights)  # rank 0 writes; under FSDP every rank gathers
         if trainer.global_rank == 0:
-            save_weights_atomic(model, weights)
             progress["completed"][phase.name] = steps
             write_json(progress_path, progress)
         trainer.strategy.barrier("phase-end")  # the next phase reads what rank 0 wrote
