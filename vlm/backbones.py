@@ -19,7 +19,6 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from core.strategies import FSDPUnitsError
 from vlm.hub import load_error, offline_unless_reachable, resolve_tiny
 from vlm.prompting import build_prompt_format
 
@@ -73,11 +72,11 @@ class HFBackbone(nn.Module):
         names = set(getattr(self.model, "_no_split_modules", None) or ())
         what = f"backbone {self.model_id!r} ({type(self.model).__name__})"
         if not names:
-            raise FSDPUnitsError(f"{what} declares no `_no_split_modules`; set trainer.strategy.wrap to its decoder layer class")
+            raise ValueError(f"{what} declares no `_no_split_modules`; set trainer.strategy.wrap to its decoder layer class")
         classes = {type(m) for m in self.model.modules() if type(m).__name__ in names}
         missing = sorted(names - {c.__name__ for c in classes})
         if missing:
-            raise FSDPUnitsError(f"FSDP wrap class(es) {missing} from `_no_split_modules` match no module of {what}; "
+            raise ValueError(f"FSDP wrap class(es) {missing} from `_no_split_modules` match no module of {what}; "
                                  "set trainer.strategy.wrap to its decoder layer class")
         return classes
 

@@ -29,7 +29,6 @@ import torch
 from torch import nn
 
 from core.flops import decoder_flops_per_token, measure_flops, non_embedding_params
-from core.strategies import FSDPUnitsError
 from vlm.hub import load_error, offline_unless_reachable, resolve_tiny
 from vlm.images import StackTransforms, image_transform, open_clip_transform
 from vlm.interfaces import ImageEncoder
@@ -52,7 +51,7 @@ def block_classes(model: nn.Module, what: str) -> set[type[nn.Module]]:
     else:
         blocks = []
     if not blocks:
-        raise FSDPUnitsError(f"{what} ({type(model).__name__}) has no blocks/stages to make FSDP units of; "
+        raise ValueError(f"{what} ({type(model).__name__}) has no blocks/stages to make FSDP units of; "
                              "set trainer.strategy.wrap to its block class")
     return {type(b) for b in blocks}
 
