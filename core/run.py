@@ -47,7 +47,7 @@ from data.atomic import read_json, write_json
 from core.checkpoint import peek, remove_stray_tmp, resume_checkpoint
 from core.interfaces import Task
 from core.loggers import build_loggers, log_artifacts
-from core.strategies import save_weights
+from core.strategies import fsdp_wrapped, save_weights
 from core.trainer import build_trainer, world_size
 
 console = Console()
@@ -185,6 +185,10 @@ def train(cfg: DictConfig) -> dict:
         ckpt = resume_checkpoint(run_dir / "checkpoints")
         ckpt_info = peek(ckpt) if ckpt is not None else {}
         resume = ckpt_info.get("phase") == phase.name
+        if fsdp_wrapped(model):  # FSDP wrapped the previous phase's model in place: this phase wraps a fresh one
+            model = task.build_model(cfg, run_dir)
+            if cfg.trainer.get("fp8", False):
+                apply_fp8(model, int(cfg.trainer.get("fp8_min_features", 1024)))
         if not resume and weights.exists():
             load_model(model, str(weights))  # the previous phase's final weights
         world = world_size(cfg.trainer)

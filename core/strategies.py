@@ -144,6 +144,13 @@ class UnitsFSDPStrategy(FSDPStrategy):
         return model
 
 
+def fsdp_wrapped(model: nn.Module) -> bool:
+    """Whether FSDP has wrapped modules of `model` (in place, when a phase trained it)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    return any(isinstance(m, FullyShardedDataParallel) for m in model.modules())
+
+
 def save_weights(strategy, model: nn.Module, path) -> None:
     """`model`'s weights as safetensors at `path`, written by rank 0; every rank must call it.
 
