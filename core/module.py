@@ -97,6 +97,14 @@ class TrainModule(L.LightningModule):
             self.log("train/loss", step_loss, prog_bar=True, on_step=True, on_epoch=False, sync_dist=True)
         return loss
 
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        """Under FSDP the norm spans every rank's shards: torch's FSDP root module clips (Lightning's plugin refuses)."""
+        root = self.trainer.model
+        if gradient_clip_val and gradient_clip_algorithm in (None, "norm") and hasattr(root, "clip_grad_norm_"):
+            root.clip_grad_norm_(gradient_clip_val)
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
     def configure_optimizers(self):
         groups = optimizer_groups(self.parts(), self.trainable, self.optim)
         opt = torch.optim.AdamW(

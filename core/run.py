@@ -44,9 +44,10 @@ from safetensors.torch import load_model
 from typing_extensions import get_protocol_members
 
 from data.atomic import read_json, write_json
-from core.checkpoint import peek, remove_stray_tmp, resume_checkpoint, save_weights_atomic
+from core.checkpoint import peek, remove_stray_tmp, resume_checkpoint
 from core.interfaces import Task
 from core.loggers import build_loggers, log_artifacts
+from core.strategies import fsdp_wrapped, save_weights
 from core.trainer import build_trainer, world_size
 
 console = Console()
@@ -184,6 +185,10 @@ def train(cfg: DictConfig) -> dict:
         ckpt = resume_checkpoint(run_dir / "checkpoints")
         ckpt_info = peek(ckpt) if ckpt is not None else {}
         resume = ckpt_info.get("phase") == phase.name
+        if fsdp_wrapped(model):  # FSDP wrapped the previous phase's model in place: this phase wraps a fresh one
+            model = task.build_model(cfg, run_dir)
+            if cfg.trainer.get("fp8", False):
+                apply_fp8(model, int(cfg.trainer.get("fp8_min_features", 1024)))
         if not resume and weights.exists():
             load_model(model, str(weights))  # the previous phase's final weights
         world = world_size(cfg.trainer)
@@ -204,8 +209,8 @@ def train(cfg: DictConfig) -> dict:
         stale = trainer.global_rank == 0 and not _is_current(last_ckpt, trainer.global_step, phase.name)
         if trainer.strategy.broadcast(stale, src=0):
             trainer.save_checkpoint(last_ckpt, weights_only=False)  # every rank takes part in a save
+        save_weights(trainer.strategy, model, weights)  # rank 0 writes; under FSDP every rank gathers
         if trainer.global_rank == 0:
-            save_weights_atomic(model, weights)
             progress["completed"][phase.name] = steps
             write_json(progress_path, progress)
         trainer.strategy.barrier("phase-end")  # the next phase reads what rank 0 wrote

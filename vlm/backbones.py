@@ -8,6 +8,9 @@ pad token gets one, and the embeddings are resized (to a multiple of 64).
 (use_reentrant=False) of the decoder layers; HF applies it only while the model
 is in training mode, i.e. in phases that train the backbone (a frozen part is
 kept in eval mode).
+`fsdp_units()` gives the FSDP wrap / activation-checkpointing units (read by core/strategies.py): the
+classes transformers' `_no_split_modules` names for this model (its decoder layer: `LlamaDecoderLayer`,
+`MistralDecoderLayer`, `Qwen2DecoderLayer`, `GemmaDecoderLayer`, `PhiDecoderLayer`, ...).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class HFBackbone(nn.Module):
     ):
         super().__init__()
         model_id = resolve_tiny(model_id, "backbone.model_id")
+        self.model_id = model_id
         offline_unless_reachable(model_id)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=trust_remote_code)
@@ -63,5 +67,22 @@ class HFBackbone(nn.Module):
         does not apply again to `inputs_embeds`), so spliced image patches enter the decoder unscaled."""
         return self.model.get_input_embeddings()(input_ids)
 
+    def fsdp_units(self) -> set[type[nn.Module]]:
+        """The module classes transformers' `_no_split_modules` names (each must occur in the model)."""
+        names = set(getattr(self.model, "_no_split_modules", None) or ())
+        what = f"backbone {self.model_id!r} ({type(self.model).__name__})"
+        if not names:
+            raise ValueError(f"{what} declares no `_no_split_modules`; set trainer.strategy.wrap to its decoder layer class")
+        classes = {type(m) for m in self.model.modules() if type(m).__name__ in names}
+        missing = sorted(names - {c.__name__ for c in classes})
+        if missing:
+            raise ValueError(f"FSDP wrap class(es) {missing} from `_no_split_modules` match no module of {what}; "
+                                 "set trainer.strategy.wrap to its decoder layer class")
+        return classes
+
     def forward(self, **kwargs):
+        """With gradients, no KV cache: a checkpointed decoder layer (FSDP activation checkpointing) recomputes its
+        forward in the backward pass, and would append its keys to the cache a second time."""
+        if torch.is_grad_enabled():
+            kwargs.setdefault("use_cache", False)
         return self.model(**kwargs)

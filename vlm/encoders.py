@@ -15,6 +15,9 @@ neither cost compute nor sit in the optimiser without gradients.
 - `FusedEncoder`: several encoders on the same image (Prismatic's DINOv2 +
   SigLIP); patch features concatenated along channels. Its transform stacks
   each encoder's own preprocessing into one (n, 3, H, W) tensor per image.
+Each encoder names its FSDP wrap / activation-checkpointing units (`fsdp_units()`, read by
+core/strategies.py): a timm ViT's block class, an open_clip ViT tower's residual block, a ConvNeXt trunk's
+block, and for a fused encoder those of every tower.
 """
 
 from __future__ import annotations
@@ -36,6 +39,23 @@ def _layer_index(depth: int, feature_layer: int) -> int:
     return depth + feature_layer if feature_layer < 0 else feature_layer
 
 
+def block_classes(model: nn.Module, what: str) -> set[type[nn.Module]]:
+    """The classes of a timm / open_clip tower's repeated blocks: a ViT's `blocks` or `transformer.resblocks`,
+    a staged model's (ConvNeXt) `stages[i].blocks`. `what` names the model in the error."""
+    if hasattr(model, "transformer") and hasattr(model.transformer, "resblocks"):
+        blocks = list(model.transformer.resblocks)
+    elif hasattr(model, "blocks"):
+        blocks = list(model.blocks)
+    elif hasattr(model, "stages"):
+        blocks = [b for stage in model.stages for b in getattr(stage, "blocks", [])]
+    else:
+        blocks = []
+    if not blocks:
+        raise ValueError(f"{what} ({type(model).__name__}) has no blocks/stages to make FSDP units of; "
+                             "set trainer.strategy.wrap to its block class")
+    return {type(b) for b in blocks}
+
+
 class TimmEncoder(nn.Module):
     """A timm ViT's patch features from block `feature_layer` (negative: counted from the end)."""
 
@@ -49,6 +69,7 @@ class TimmEncoder(nn.Module):
             model = timm.create_model(model_id, pretrained=pretrained, num_classes=0, **dict(model_kwargs or {}))
         except Exception as err:  # hub/network/file errors all surface as one clear message
             raise load_error("encoder", model_id, f"{config_key}.model_id", err) from err
+        self.model_id = model_id
         self.layer = _layer_index(len(model.blocks), feature_layer)
         model.prune_intermediate_layers(indices=[self.layer], prune_head=True, prune_norm=True)
         self.model = model
@@ -66,6 +87,10 @@ class TimmEncoder(nn.Module):
             pixel_values, indices=[self.layer], norm=False, output_fmt="NLC", intermediates_only=True
         )
         return features
+
+    def fsdp_units(self) -> set[type[nn.Module]]:
+        """The ViT's block class (e.g. `timm.models.vision_transformer.Block`)."""
+        return block_classes(self.model, f"timm encoder {self.model_id!r}")
 
     def flops_per_patch(self) -> float:
         """Training FLOPs per output patch: 6·N + 12·L·d·T over the blocks that run."""
@@ -98,6 +123,7 @@ class OpenClipEncoder(nn.Module):
         except Exception as err:
             raise load_error("encoder", source, key, err) from err
         visual = model.visual
+        self.model_name = model_name
         self.image_size = tuple(visual.image_size)
         self.preprocess_cfg = dict(visual.preprocess_cfg)
         self.transform = open_clip_transform(self.preprocess_cfg, image_strategy)
@@ -130,6 +156,10 @@ class OpenClipEncoder(nn.Module):
             return out["image_intermediates"][0]
         (feature_map,) = self.model.forward_intermediates(pixel_values, indices=[self.layer], intermediates_only=True)
         return feature_map.flatten(2).transpose(1, 2)
+
+    def fsdp_units(self) -> set[type[nn.Module]]:
+        """A ViT tower's residual block (`open_clip.transformer.ResidualAttentionBlock`) or a ConvNeXt trunk's block."""
+        return block_classes(self.model, f"open_clip encoder {self.model_name!r}")
 
     def flops_per_patch(self) -> float:
         """A ViT: 6·N + 12·L·d·T over its blocks; a conv tower: 3x one image's counted forward FLOPs, per patch."""
@@ -179,6 +209,10 @@ class FusedEncoder(nn.Module):
             raise ValueError(f"fused encoder expects (B, {len(self.encoders)}, 3, H, W) pixels from its own transform; "
                              f"got {tuple(pixel_values.shape)}")
         return torch.cat([enc(pixel_values[:, i]) for i, enc in enumerate(self.encoders.values())], -1)
+
+    def fsdp_units(self) -> set[type[nn.Module]]:
+        """Every tower's units."""
+        return set().union(*(enc.fsdp_units() for enc in self.encoders.values()))
 
     def flops_per_patch(self) -> float:
         return sum(enc.flops_per_patch() for enc in self.encoders.values())

@@ -40,6 +40,11 @@ class ImageEncoder(Protocol):
         """Training FLOPs (forward + backward) per output patch, for throughput and MFU."""
         ...
 
+    def fsdp_units(self) -> set[type[nn.Module]]:
+        """The module classes of its repeated blocks (each tower's, for several towers): the FSDP wrap and
+        activation-checkpointing units (core.strategies.DeclaresFSDPUnits). Each occurs in the encoder."""
+        ...
+
 
 @runtime_checkable
 class LanguageBackbone(Protocol):
@@ -57,6 +62,11 @@ class LanguageBackbone(Protocol):
     prompt_format: PromptFormat
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor: ...
+
+    def fsdp_units(self) -> set[type[nn.Module]]:
+        """The module classes of its decoder layers (transformers' `_no_split_modules`): the FSDP wrap and
+        activation-checkpointing units (core.strategies.DeclaresFSDPUnits). Each occurs in the backbone."""
+        ...
 
     def __call__(self, **kwargs) -> Any: ...
 

@@ -1,5 +1,5 @@
-"""Strategy and precision configs: the FSDP preset composes and wraps (and checkpoints) the backbone's decoder
-layer and the encoder's block; FP8 filters small layers and refuses clearly without a Hopper-class GPU."""
+"""Strategy and precision configs: the FSDP preset composes and takes its wrap (and checkpointing) units from the
+model, named classes must occur in it; FP8 filters small layers and refuses clearly without a Hopper-class GPU."""
 
 import pytest
 import timm.models.vision_transformer as vit
@@ -9,22 +9,30 @@ from torch import nn
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
 from core.fp8 import FP8Unavailable, apply_fp8, fp8_eligible
-from core.strategies import fsdp_strategy
+from core.strategies import FSDPUnitsError, UnitsFSDPStrategy, find_units, fsdp_strategy
 from core.trainer import world_size
 from tests.conftest import compose_cfg
 
 
-def test_fsdp_preset_composes_and_wraps_the_configured_block_classes():
+def test_fsdp_preset_composes_and_takes_its_units_from_the_model():
     cfg = compose_cfg("trainer=fsdp")
     strategy = instantiate(cfg.trainer.strategy)
-    wrapped = strategy.kwargs["auto_wrap_policy"]._module_classes
-    assert set(wrapped) == {LlamaDecoderLayer, vit.Block}
-    assert set(strategy._activation_checkpointing_kwargs["auto_wrap_policy"]._module_classes) == {LlamaDecoderLayer, vit.Block}
+    assert isinstance(strategy, UnitsFSDPStrategy) and strategy.wrap is None and strategy.checkpoint_units
+    assert strategy.units is None  # found in the model at set-up (tests/test_fsdp.py)
     assert strategy.sharding_strategy.name == "FULL_SHARD" and strategy._state_dict_type == "sharded"
     hybrid = instantiate(compose_cfg("trainer=fsdp", "trainer.strategy.sharding=hybrid", "trainer.strategy.activation_checkpointing=false",
                                      "trainer.strategy.state_dict=full").trainer.strategy)
-    assert hybrid.sharding_strategy.name == "HYBRID_SHARD" and hybrid._state_dict_type == "full"
-    assert "auto_wrap_policy" not in hybrid._activation_checkpointing_kwargs
+    assert hybrid.sharding_strategy.name == "HYBRID_SHARD" and hybrid._state_dict_type == "full" and not hybrid.checkpoint_units
+    named = fsdp_strategy(wrap=["transformers.models.llama.modeling_llama.LlamaDecoderLayer",
+                                "timm.models.vision_transformer.Block"])
+    assert named.wrap == {LlamaDecoderLayer, vit.Block}
+
+
+def test_named_wrap_classes_must_occur_in_the_model():
+    model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(vit.Block(8, 2), vit.Block(8, 2)))
+    assert find_units(model, {vit.Block}) == {vit.Block: 2}
+    with pytest.raises(FSDPUnitsError, match=r"LlamaDecoderLayer matches no module of the model \(Sequential\)"):
+        find_units(model, {vit.Block, LlamaDecoderLayer})
 
 
 def test_fsdp_rejects_unknown_classes_and_sharding_with_a_clear_message():
