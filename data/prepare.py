@@ -126,7 +126,7 @@ def _run_ray(table: pa.Table, source, tokenize: Callable, workers: int, ray_addr
     blocks = [table.slice(i, step) for i in range(0, len(table), step)] or [table]
     ds = ray.data.from_arrow(blocks).map_batches(
         _PrepareBatch, fn_constructor_args=(str(source.json), str(source.image_root), tokenize),
-        batch_format="pyarrow", batch_size=None, concurrency=workers, num_cpus=1)
+        batch_format="pyarrow", batch_size=None, compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=1)
     parts = [pa.Table.from_batches([b]) if isinstance(b, pa.RecordBatch) else b
              for b in ds.iter_batches(batch_format="pyarrow", batch_size=None)]
     return pa.concat_tables(parts) if parts else prepare_rows([], [], Path(source.image_root), tokenize)
