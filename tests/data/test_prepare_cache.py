@@ -174,3 +174,35 @@ def test_training_batches_from_the_cache_equal_the_in_process_path(tmp_path, tin
             assert torch.equal(a[k], b[k]), k
     assert dm.report() == in_process.report() == {"dropped/truncated_no_targets": 1}
     assert list(dm.lengths) == in_process.lengths and list(dm.group_keys) == in_process.group_keys
+
+
+def _script(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_synthetic_mixture_then_prepare_data_builds_and_then_reuses(tmp_path, capsys):
+    out = tmp_path / "syn"
+    _script("make_synthetic_llava").main(["--out", str(out), "--records", "300", "--images", "7", "--align", "4",
+                                          "--image-size", "32"])
+    printed = capsys.readouterr().out.strip().splitlines()[-1]
+    assert printed == f"data=llava_v15 data.root={out}"
+    records = json.loads((out / "llava_v1_5_mix665k.json").read_text())
+    text_only = sum("image" not in r for r in records)
+    assert len(records) == 300 and 5 <= text_only <= 35  # ~6%, as mix665k (40k of 665k)
+    assert len({r["image"] for r in records if "image" in r}) <= 7
+    assert max(len(r["conversations"]) for r in records) > 6 and min(len(r["conversations"]) for r in records) == 2
+    args = [*printed.split(), "stage=single_stage", f"data.cache={tmp_path / 'cache'}", "data.prepare_workers=0"]
+    prepare = _script("prepare_data")
+    prepare.main(args)
+    first = capsys.readouterr().out
+    prepare.main(args)
+    second = capsys.readouterr().out
+    assert "preparing" in first and "reusing prepared cache" not in first
+    assert "reusing prepared cache" in second and "preparing" not in second
+    location = [line for line in second.splitlines() if line.startswith("prepared: ")]
+    assert len(location) == 1 and (Path(location[0].split(": ", 1)[1]) / "manifest.json").is_file()
