@@ -37,6 +37,7 @@ from data.llava import bad_record_error, check_record, read_llava_json, reason_k
 from data.shards import write_shards
 
 FORMAT = 1  # bump when the shard layout changes
+STALE_ERROR_S = 600  # a waiting rank ignores a rank-0 error file older than this before its own wait began
 BLOCKS_PER_WORKER = 8  # Ray blocks per worker: small enough to balance, large enough to amortise a task
 
 
@@ -188,12 +189,12 @@ def wait_for(folder: Path, poll_s: float = 1.0, timeout_s: float = 7 * 24 * 3600
              log: Callable[[str], None] = print) -> dict:
     """Wait for another process (rank 0) to finish preparing `folder`; its manifest. DataError if it failed."""
     folder, error = Path(folder), Path(folder).with_name(Path(folder).name + ".error")
-    deadline, told = time.monotonic() + timeout_s, False
+    deadline, told, since = time.monotonic() + timeout_s, False, time.time() - STALE_ERROR_S
     while True:
         done = manifest(folder)
         if done is not None:
             return done
-        if error.exists():
+        if error.exists() and error.stat().st_mtime >= since:  # an older one is a previous run's (rank 0 removes it)
             raise DataError(error.read_text())
         if time.monotonic() > deadline:
             raise DataError(f"{folder}: not prepared after {timeout_s:.0f} s; is rank 0 preparing it? "
