@@ -117,7 +117,8 @@ def _run_ray(table: pa.Table, source, tokenize: Callable, workers: int, ray_addr
     if not ray.is_initialized():
         if ray_address:
             ray.init(address=ray_address, log_to_driver=False)
-        else:
+        else:  # the preparation is the job's critical path: its workers at normal priority (Ray's default is nice 15)
+            os.environ.setdefault("RAY_worker_niceness", "0")
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
         _started = True
     ctx = ray.data.DataContext.get_current()
