@@ -81,6 +81,8 @@ def bench_train(root: Path, cache: Path, out: Path) -> dict:
     for line in proc.stdout:
         lines.append(line)
         reused = reused or "reusing prepared cache" in line
+        if line.startswith("data {"):  # the data module's line: how many samples the run holds
+            print(line.rstrip(), flush=True)
         if first_step is None and "step: 1/" in line:
             first_step = time.perf_counter() - start
     _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS (not other children of this process)
@@ -101,20 +103,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", nargs="+", default=["inprocess", "ray1", "ray2", "train"])
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    results = {}
-    if any(s != "train" for s in args.steps):
-        model, src = build(args.root)
-        for step in args.steps:
+    results, model = {}, None
+    for step in args.steps:  # in the order given
+        if step == "train":
+            results[step] = bench_train(args.root.resolve(), args.out / "cache-ray2", args.out)
+        else:
+            if model is None:
+                model, src = build(args.root)
             if step == "inprocess":
                 results[step] = bench_inprocess(model, src)
-            elif step.startswith("ray"):
-                results[step] = bench_ray(model, src, int(step[3:]), args.out / f"cache-{step}")
             else:
-                continue
-            print(f"{step}: {results[step]}", flush=True)
-    if "train" in args.steps:
-        results["train"] = bench_train(args.root.resolve(), args.out / "cache-ray2", args.out)
-        print(f"train: {results['train']}", flush=True)
+                results[step] = bench_ray(model, src, int(step.removeprefix("ray")), args.out / f"cache-{step}")
+        print(f"{step}: {results[step]}", flush=True)
     print(json.dumps(results, indent=1))
     (args.out / "bench_data.json").write_text(json.dumps(results, indent=1))
 
