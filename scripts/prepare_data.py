@@ -25,7 +25,7 @@ def main(argv: list[str]) -> None:
         cfg = compose(config_name="train", overrides=argv)
     with open_dict(cfg):
         if not cfg.data.get("cache"):
-            cfg.data.cache = str(Path(cfg.cache_dir) / "prepared")
+            cfg.data.cache = str(Path(cfg.cache_dir).expanduser() / "prepared")
     from vlm.lightning import VLMTask
 
     task = VLMTask()

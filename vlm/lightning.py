@@ -142,7 +142,7 @@ class VLMDataModule(StreamDataModule):
                 raise ValueError(f"phase data split {split!r} is not in data.splits ({sorted(self.source.splits)})")
             shards, skipped, dropped = prepared_samples(
                 self.source.splits[split], self.prompt_format, self.model.backbone.max_length,
-                self.model.encoder.num_patches, self.max_turns, Path(str(self.cache)), self.skip_bad,
+                self.model.encoder.num_patches, self.max_turns, Path(str(self.cache)).expanduser(), self.skip_bad,
                 workers=self.prepare_workers, ray_address=self.ray_address, rank=rank, log=console.print)
             self.skipped.update(skipped)
             self.dropped.update(dropped)

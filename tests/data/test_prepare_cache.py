@@ -206,3 +206,15 @@ def test_synthetic_mixture_then_prepare_data_builds_and_then_reuses(tmp_path, ca
     assert "reusing prepared cache" in second and "preparing" not in second
     location = [line for line in second.splitlines() if line.startswith("prepared: ")]
     assert len(location) == 1 and (Path(location[0].split(": ", 1)[1]) / "manifest.json").is_file()
+
+
+def test_a_waiting_rank_gets_the_folder_rank_0_prepares(source, tmp_path):
+    import threading
+
+    cache = tmp_path / "cache"
+    rank0 = threading.Timer(0.3, prepare_source, args=(source, fake_tokenize, KEY, cache), kwargs={"workers": 0, "log": print})
+    rank0.start()
+    logs = []
+    info = wait_for(cache_folder(source, KEY, cache, skip_bad=False), poll_s=0.05, timeout_s=30, log=logs.append)
+    rank0.join()
+    assert info["num_samples"] == 4 and len(logs) == 1 and "waiting for rank 0" in logs[0]
