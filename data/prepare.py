@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from data.atomic import atomic_directory, atomic_file, read_json, write_json
 from data.errors import DataError
@@ -158,13 +159,13 @@ def prepare_source(source, tokenize: Callable, key: dict, cache: Path, skip_bad:
         else:
             rows = prepare_rows(table["record"].to_pylist(), table["json"].to_pylist(), Path(source.image_root), tokenize)
         rows = rows.sort_by("record")  # stable: a record's samples keep their order
-        problems = rows.filter(pa.compute.is_valid(rows["problem"]))
+        problems = rows.filter(pc.is_valid(rows["problem"]))
         if len(problems) and not skip_bad:
             first = problems.slice(0, 1).to_pylist()[0]
             raise bad_record_error(source.json, first["id"], first["problem"])
         skipped = Counter(reason_key(p) for p in problems["problem"].to_pylist())
-        dropped = Counter(rows.filter(pa.compute.is_valid(rows["dropped"]))["dropped"].to_pylist())
-        samples = rows.filter(pa.compute.and_(pa.compute.is_null(rows["problem"]), pa.compute.is_null(rows["dropped"])))
+        dropped = Counter(rows.filter(pc.is_valid(rows["dropped"]))["dropped"].to_pylist())
+        samples = rows.filter(pc.and_(pc.is_null(rows["problem"]), pc.is_null(rows["dropped"])))
         with atomic_directory(folder) as tmp:
             shards = write_shards(samples, tmp)
             info = {"source": {"json": str(source.json), "image_root": str(source.image_root)}, "key": key,
