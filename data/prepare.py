@@ -72,11 +72,12 @@ class _PrepareBatch:
 
 def prepare_rows(indices: list[int], texts: list[str], image_root: Path, tokenize: Callable) -> pa.Table:
     """The rows of a batch of records: samples (`problem` null) and bad or dropped records (`problem` set)."""
-    rows = {k: [] for k in ("record", "id", "input_ids", "labels", "images", "image_positions", "problem", "dropped")}
+    rows = {k: [] for k in ("record", "id", "input_ids", "labels", "images", "image_positions", "problem", "dropped",
+                            "error")}
 
-    def add(index, sid="", ids=(), labels=(), images=(), positions=(), problem=None, dropped=None):
+    def add(index, sid="", ids=(), labels=(), images=(), positions=(), problem=None, dropped=None, error=None):
         for k, v in zip(rows, (index, sid, list(ids), list(labels), [str(p) for p in images], list(positions),
-                               problem, dropped)):
+                               problem, dropped, error)):
             rows[k].append(v)
 
     for index, text in zip(indices, texts):
@@ -86,7 +87,11 @@ def prepare_rows(indices: list[int], texts: list[str], image_root: Path, tokeniz
             rid = record.get("id", f"#{index}") if isinstance(record, dict) else f"#{index}"
             add(index, str(rid), problem=problem)
             continue
-        samples, dropped = tokenize(records=[record], image_root=image_root)
+        try:
+            samples, dropped = tokenize(records=[record], image_root=image_root)
+        except DataError as err:  # a record the prompt format cannot build: an error even with skip_bad, as in-process
+            add(index, error=str(err))
+            continue
         for s in samples:
             add(index, s.id, s.input_ids, s.labels, s.images, s.image_positions)
         for reason, n in dropped.items():
@@ -94,7 +99,7 @@ def prepare_rows(indices: list[int], texts: list[str], image_root: Path, tokeniz
                 add(index, dropped=reason)
     types = {"record": pa.int64(), "id": pa.string(), "input_ids": pa.list_(pa.int32()), "labels": pa.list_(pa.int32()),
              "images": pa.list_(pa.string()), "image_positions": pa.list_(pa.int32()), "problem": pa.string(),
-             "dropped": pa.string()}
+             "dropped": pa.string(), "error": pa.string()}
     return pa.table({k: pa.array(v, type=types[k]) for k, v in rows.items()})
 
 
@@ -159,13 +164,16 @@ def prepare_source(source, tokenize: Callable, key: dict, cache: Path, skip_bad:
         else:
             rows = prepare_rows(table["record"].to_pylist(), table["json"].to_pylist(), Path(source.image_root), tokenize)
         rows = rows.sort_by("record")  # stable: a record's samples keep their order
+        errors = rows.filter(pc.is_valid(rows["error"]))
+        if len(errors):
+            raise DataError(f"{source.json}: {errors['error'][0].as_py()}")
         problems = rows.filter(pc.is_valid(rows["problem"]))
         if len(problems) and not skip_bad:
             first = problems.slice(0, 1).to_pylist()[0]
             raise bad_record_error(source.json, first["id"], first["problem"])
         skipped = Counter(reason_key(p) for p in problems["problem"].to_pylist())
         dropped = Counter(rows.filter(pc.is_valid(rows["dropped"]))["dropped"].to_pylist())
-        samples = rows.filter(pc.and_(pc.is_null(rows["problem"]), pc.is_null(rows["dropped"])))
+        samples = rows.filter(pc.and_(pc.is_null(rows["problem"]), pc.is_null(rows["dropped"])))  # (no errors here)
         with atomic_directory(folder) as tmp:
             shards = write_shards(samples, tmp)
             info = {"source": {"json": str(source.json), "image_root": str(source.image_root)}, "key": key,

@@ -218,3 +218,13 @@ def test_a_waiting_rank_gets_the_folder_rank_0_prepares(source, tmp_path):
     info = wait_for(cache_folder(source, KEY, cache, skip_bad=False), poll_s=0.05, timeout_s=30, log=logs.append)
     rank0.join()
     assert info["num_samples"] == 4 and len(logs) == 1 and "waiting for rank 0" in logs[0]
+
+
+def test_a_record_the_tokenization_refuses_is_an_error_naming_file_and_record_even_with_skip_bad(source, tmp_path):
+    def refuse(records, image_root):
+        if records[0]["id"] == "t2":
+            raise DataError("record t2: cannot build it")
+        return fake_tokenize(records, image_root)
+
+    with pytest.raises(DataError, match=f"{source.json}: record t2: cannot build it"):
+        prepare_source(source, refuse, KEY, tmp_path / "cache", skip_bad=True, workers=0, log=lambda m: None)
