@@ -90,15 +90,7 @@ def load_llava(json_path: str | Path, image_root: str | Path, skip_bad: bool = F
     `progress(iterable, description, total=...)` wraps the validation loop (e.g. `core.progress.track`; this package does
     not import the core)."""
     json_path, image_root = Path(json_path), Path(image_root)
-    try:
-        data = json.loads(json_path.read_text())
-    except FileNotFoundError as err:
-        raise DataError(f"{json_path}: file not found; set data.json to a LLaVA-format JSON file") from err
-    except json.JSONDecodeError as err:
-        raise DataError(f"{json_path}: not valid JSON ({err}); fix the file") from err
-    if not isinstance(data, list):
-        raise DataError(f"{json_path}: expected a JSON list of records, found a {type(data).__name__}; "
-                        "LLaVA files are [{\"id\", \"image\", \"conversations\": [...]}, ...]")
+    data = read_llava_json(json_path)
     records, skipped = [], Counter()
     rows = enumerate(data)
     if progress is not None:
@@ -108,14 +100,35 @@ def load_llava(json_path: str | Path, image_root: str | Path, skip_bad: bool = F
         if problem is None:
             records.append(record)
             continue
-        rid = record.get("id", f"#{index}") if isinstance(record, dict) else f"#{index}"
         if not skip_bad:
-            raise DataError(f"{json_path}: record {rid}: {problem}. Fix the record, or run with data.skip_bad=true to skip and count bad records")
-        skipped[_reason(problem)] += 1
+            raise bad_record_error(json_path, record_id(record, index), problem)
+        skipped[reason_key(problem)] += 1
     return records, skipped
 
 
-def _reason(problem: str) -> str:
+def read_llava_json(json_path: Path) -> list:
+    """The records of a LLaVA JSON file (unvalidated); DataError if it is missing or not a JSON list."""
+    try:
+        data = json.loads(Path(json_path).read_text())
+    except FileNotFoundError as err:
+        raise DataError(f"{json_path}: file not found; set data.json to a LLaVA-format JSON file") from err
+    except json.JSONDecodeError as err:
+        raise DataError(f"{json_path}: not valid JSON ({err}); fix the file") from err
+    if not isinstance(data, list):
+        raise DataError(f"{json_path}: expected a JSON list of records, found a {type(data).__name__}; "
+                        "LLaVA files are [{\"id\", \"image\", \"conversations\": [...]}, ...]")
+    return data
+
+
+def record_id(record: object, index: int) -> str:
+    return record.get("id", f"#{index}") if isinstance(record, dict) else f"#{index}"
+
+
+def bad_record_error(json_path: Path, rid: object, problem: str) -> DataError:
+    return DataError(f"{json_path}: record {rid}: {problem}. Fix the record, or run with data.skip_bad=true to skip and count bad records")
+
+
+def reason_key(problem: str) -> str:
     """A short reason key for the skip counter (drops the record-specific path)."""
     if problem.startswith("image file"):
         return "missing image" if "does not exist" in problem else "unreadable image"

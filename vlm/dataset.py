@@ -4,7 +4,11 @@ All records are tokenized once, up front, through the backbone's prompt
 format, so every count is known before training starts: a sample whose
 assistant tokens are all cut off by the length limit is dropped from training
 and counted (`truncated_no_targets`), never trained on silently. Images are
-read and transformed lazily in `__getitem__`.
+read and transformed lazily in `__getitem__` (in the loader workers).
+
+At scale (`data.cache`), the same tokenization runs once in Ray Data (data/prepare.py) and the samples are read
+memory-mapped from its shards (data/shards.py); `preparation_key` is what that cache is keyed by, `prepared_samples`
+the prepared samples of a phase's sources.
 
 Images: a sample carries its image paths and, per image, the index in
 `input_ids` its patches are spliced in front of (`image_positions`; one image:
@@ -14,6 +18,9 @@ stacks all the images of a batch in row order and pads the positions with -1.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -72,6 +79,57 @@ def tokenize_records(records: list[dict], prompt_format, image_root: Path, max_l
                     continue
             samples.append(Sample(sid, ids, labels, images, positions))
     return samples, dropped
+
+
+def tokenizer_hash(tokenizer) -> str:
+    """A hash of the tokenizer: its files (when loaded from a folder), its vocabulary and its special tokens."""
+    h = hashlib.sha256()
+    folder = Path(str(getattr(tokenizer, "name_or_path", "")))
+    if folder.is_dir():
+        for f in sorted(folder.iterdir()):
+            if f.is_file() and ("token" in f.name or f.suffix in (".model", ".txt") or f.name.startswith(("vocab", "merges"))):
+                h.update(f.name.encode() + f.read_bytes())
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    h.update((backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))).encode())
+    h.update(json.dumps([tokenizer.all_special_tokens, getattr(tokenizer, "chat_template", None)], default=str).encode())
+    return h.hexdigest()
+
+
+def preparation_key(prompt_format, max_length: int, num_patches: int, max_turns: int | None) -> dict:
+    """What tokenized samples depend on: the tokenizer, the prompt format (class and settings), the max length, the
+    image settings (patches per image: they share the length budget; pixels are decoded at load time) and max_turns."""
+    settings = {k: v for k, v in vars(prompt_format).items()
+                if k != "tokenizer" and isinstance(v, (str, int, float, bool, type(None), list, tuple))}
+    fmt = f"{type(prompt_format).__module__}.{type(prompt_format).__qualname__}"
+    return {"tokenizer": tokenizer_hash(prompt_format.tokenizer), "prompt_format": fmt, "prompt_settings": settings,
+            "max_length": int(max_length), "num_patches": int(num_patches), "max_turns": max_turns}
+
+
+def prepared_samples(sources, prompt_format, max_length: int, num_patches: int, max_turns: int | None, cache: Path,
+                     skip_bad: bool, workers: int | None = None, ray_address: str | None = None, rank: int = 0,
+                     log: Callable[[str], None] = print) -> tuple[list, Counter, Counter]:
+    """Per source, its samples read memory-mapped from the prepared cache (rank 0 builds a missing one with Ray
+    Data; the other ranks wait for it); and the skipped and dropped counts (printed by the preparation)."""
+    from data.prepare import cache_folder, prepare_source, release_ray, wait_for
+    from data.shards import SampleShards
+
+    key = preparation_key(prompt_format, max_length, num_patches, max_turns)
+    tokenize = functools.partial(tokenize_records, prompt_format=prompt_format, max_length=max_length,
+                                 num_patches=num_patches, max_turns=max_turns)
+    parts, skipped, dropped = [], Counter(), Counter()
+    try:
+        for src in sources:
+            if rank == 0:
+                folder, info = prepare_source(src, tokenize, key, Path(cache), skip_bad, workers, ray_address, log=log)
+            else:
+                folder = cache_folder(src, key, Path(cache), skip_bad)
+                info = wait_for(folder, log=log)
+            skipped.update(info["skipped"])
+            dropped.update(info["dropped"])
+            parts.append(SampleShards(folder, info["shards"], Sample))
+    finally:
+        release_ray()
+    return parts, skipped, dropped
 
 
 class VLMDataset(Dataset):

@@ -16,6 +16,9 @@ LLaVA-1.5's stage 1); generation and evaluation keep the backbone's.
 of at most that many question/answer pairs (each keeps the image).
 `data.group_by_length` (or a phase's own `group_by_length`) makes each micro-batch hold samples of one image count
 and similar spliced length (core.data.GroupedStreamSampler; less padding).
+`data.cache` (a folder; null: tokenize in-process at every start): the phase's sources are prepared once with Ray
+Data (`data.prepare_workers`, `data.ray_address`; data/prepare.py) and read memory-mapped; rank 0 prepares, the
+other ranks wait; the samples and their order are those of the in-process path.
 
 LoRA (`lora.enabled`): the backbone carries peft adapters (vlm/lora.py); a
 phase that trains `backbone` trains only the adapters.
@@ -26,6 +29,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import torch
 from omegaconf import DictConfig
 from rich.console import Console
@@ -35,8 +39,9 @@ from core.flops import hf_decoder_flops_per_token
 from core.module import TrainModule
 from core.progress import track
 from data.llava import load_llava
+from data.shards import IndexedSamples
 from data.sources import DataSource, require_files, resolve
-from vlm.dataset import Collator, VLMDataset, tokenize_records
+from vlm.dataset import Collator, VLMDataset, prepared_samples, tokenize_records
 from vlm.lora import freeze_all_but_adapters, has_lora
 from vlm.model import VLM, build_vlm
 from vlm.prompting import PromptFormat, build_prompt_format
@@ -84,8 +89,10 @@ class VLMModule(TrainModule):
 class VLMDataModule(StreamDataModule):
     def __init__(self, source: DataSource, splits: dict[str, float], model: VLM, micro_batch_size: int, seed: int,
                  skip_bad: bool = False, num_workers: int = 0, max_turns: int | None = None, group_by_length: bool = False,
-                 prompt_format: PromptFormat | None = None):
+                 prompt_format: PromptFormat | None = None, cache: str | Path | None = None,
+                 prepare_workers: int | None = None, ray_address: str | None = None):
         super().__init__(micro_batch_size, seed, num_workers=num_workers)
+        self.cache, self.prepare_workers, self.ray_address = cache, prepare_workers, ray_address
         self.group_by_length = group_by_length
         self.source = source
         self.skip_bad = skip_bad
@@ -101,6 +108,8 @@ class VLMDataModule(StreamDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self._ready:
             return
+        if self.cache:
+            return self._setup_prepared()
         samples = []
         for split, weight in self.splits.items():
             if split not in self.source.splits:
@@ -121,6 +130,34 @@ class VLMDataModule(StreamDataModule):
             patches = self.model.encoder.num_patches
             self.group_keys = [len(s.images) for s in samples]
             self.lengths = [len(s.input_ids) + patches * len(s.images) for s in samples]
+        self._finish(samples)
+
+    def _setup_prepared(self) -> None:
+        """The phase's samples from the prepared cache (`data.cache`): memory-mapped shards and index arrays, no
+        per-record Python list; the same samples in the same order as the in-process path."""
+        rank = self.trainer.global_rank if self.trainer else 0
+        parts, indices = [], []
+        for split, weight in self.splits.items():
+            if split not in self.source.splits:
+                raise ValueError(f"phase data split {split!r} is not in data.splits ({sorted(self.source.splits)})")
+            shards, skipped, dropped = prepared_samples(
+                self.source.splits[split], self.prompt_format, self.model.backbone.max_length,
+                self.model.encoder.num_patches, self.max_turns, Path(str(self.cache)).expanduser(), self.skip_bad,
+                workers=self.prepare_workers, ray_address=self.ray_address, rank=rank, log=console.print)
+            self.skipped.update(skipped)
+            self.dropped.update(dropped)
+            part = IndexedSamples(shards, [np.arange(len(p)) for p in shards])
+            parts.append(part)
+            indices.append(repeat_indices(len(part), float(weight), self.seed))
+        samples = IndexedSamples(parts, indices)
+        self.train_dataset = VLMDataset(samples, self.model.encoder.transform)
+        if self.group_by_length:
+            tokens, images = samples.lengths()
+            self.group_keys = images
+            self.lengths = tokens + self.model.encoder.num_patches * images
+        self._finish(samples)
+
+    def _finish(self, samples) -> None:
         self.collate_fn = Collator(self.model.tokenizer.pad_token_id)
         self.num_samples = len(samples)
         self._ready = True
@@ -131,6 +168,16 @@ class VLMDataModule(StreamDataModule):
         out = {f"skipped/{k}": v for k, v in self.skipped.items()}
         out.update({f"dropped/{k}": v for k, v in self.dropped.items()})
         return out
+
+
+def repeat_indices(size: int, weight: float, seed: int) -> np.ndarray:
+    """The indices `repeat` takes from `size` samples, as an array."""
+    whole, frac = divmod(weight, 1.0)
+    extra = np.zeros(0, dtype=np.int64)
+    if frac:
+        order = torch.randperm(size, generator=torch.Generator().manual_seed(seed))
+        extra = order[: round(frac * size)].numpy().astype(np.int64)
+    return np.concatenate([np.tile(np.arange(size, dtype=np.int64), int(whole)), extra])
 
 
 def repeat(samples: list, weight: float, seed: int) -> list:
@@ -169,7 +216,8 @@ class VLMTask:
         return VLMDataModule(resolve(cfg.data), splits, model, micro_batch_size, seed,
                              skip_bad=bool(cfg.data.get("skip_bad", False)), num_workers=int(cfg.data.get("num_workers", 0)),
                              max_turns=cfg.data.get("max_turns"), group_by_length=bool(group_by_length),
-                             prompt_format=fmt)
+                             prompt_format=fmt, cache=cfg.data.get("cache"), prepare_workers=cfg.data.get("prepare_workers"),
+                             ray_address=cfg.data.get("ray_address"))
 
     def build_module(self, cfg: DictConfig, phase: DictConfig, model: VLM, total_steps: int) -> VLMModule:
         return VLMModule(model, phase, total_steps)

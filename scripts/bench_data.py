@@ -1,0 +1,123 @@
+"""Benchmark the data path at LLaVA scale: preparation (in-process vs Ray Data at 1 and 2 workers), and a restart
+of `train.py` on a warm cache (time to the first step, peak RSS of the training process).
+
+    python scripts/make_synthetic_llava.py --out /tmp/syn665k --records 665000
+    python scripts/bench_data.py --root /tmp/syn665k --out /tmp/bench_data [--steps inprocess ray1 ray2 train]
+
+The data is `data=llava_v15 data.root=ROOT`'s `instruct` split (the mix665k-shaped file), tokenized for the
+default tiny model (`stage=single_stage`: the backbone's prompt format). Steps:
+- `inprocess`: today's path, `data.llava.load_llava` + `vlm.dataset.tokenize_records` in this process;
+- `ray1`, `ray2`: `data.prepare.prepare_source` into a fresh cache with 1 / 2 Ray workers (Ray's start included);
+- `train`: `python train.py ... data.cache=<ray2's cache> ...max_steps=1` as a child process, timed from its
+  start to the end of its first optimizer step (the `step: 1/` progress line the run prints; the whole run's wall time
+  is printed too) and its peak RSS (`ru_maxrss` of the child).
+Prints one line per step and a JSON summary (also written to OUT/bench_data.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def overrides(root: Path) -> list[str]:
+    return ["data=llava_v15", f"data.root={root}", "stage=single_stage", "data.num_workers=0"]
+
+
+def build(root: Path):
+    from hydra import compose, initialize_config_dir
+
+    from data.sources import resolve
+    from vlm.model import build_vlm
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides(root))
+    model = build_vlm(cfg)
+    return model, resolve(cfg.data).splits["instruct"][0]
+
+
+def bench_inprocess(model, src) -> dict:
+    from data.llava import load_llava
+    from vlm.dataset import tokenize_records
+
+    start = time.perf_counter()
+    records, _ = load_llava(src.json, src.image_root)
+    samples, _ = tokenize_records(records, model.prompt_format, src.image_root, model.backbone.max_length,
+                                  model.encoder.num_patches)
+    return {"seconds": round(time.perf_counter() - start, 1), "samples": len(samples),
+            "peak_rss_mb_of_this_process": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+
+def bench_ray(model, src, workers: int, cache: Path) -> dict:
+    from vlm.dataset import prepared_samples
+
+    shutil.rmtree(cache, ignore_errors=True)
+    start = time.perf_counter()
+    parts, _, _ = prepared_samples([src], model.prompt_format, model.backbone.max_length, model.encoder.num_patches,
+                                   None, cache, skip_bad=False, workers=workers)
+    return {"seconds": round(time.perf_counter() - start, 1), "samples": sum(len(p) for p in parts)}
+
+
+def bench_train(root: Path, cache: Path, out: Path) -> dict:
+    cmd = [sys.executable, "train.py", *overrides(root), f"data.cache={cache}", "logger=csv", f"run.root={out / 'runs'}",
+           "stage.phases.finetune.max_steps=1", "stage.phases.finetune.global_batch_size=8", "trainer.log_every_n_steps=1",
+           "trainer.progress_bar=true", "trainer.progress_every=1", "eval.benchmarks=[]"]
+    print("$ " + " ".join(cmd), flush=True)
+    shutil.rmtree(out / "runs", ignore_errors=True)
+    start = time.perf_counter()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    first_step, reused, lines = None, False, []
+    for line in proc.stdout:
+        lines.append(line)
+        reused = reused or "reusing prepared cache" in line
+        if line.startswith("data {"):  # the data module's line: how many samples the run holds
+            print(line.rstrip(), flush=True)
+        if first_step is None and "step: 1/" in line:
+            first_step = time.perf_counter() - start
+    _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS (not other children of this process)
+    rc = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - start
+    if rc:
+        sys.stdout.write("".join(lines[-40:]))
+        raise SystemExit(f"train.py failed ({rc})")
+    rss_mb = usage.ru_maxrss / 1024
+    return {"wall_seconds": round(wall, 1), "first_step_seconds": round(first_step, 1) if first_step else None,
+            "peak_rss_mb": round(rss_mb), "reused_cache": reused}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", type=Path, required=True, help="a make_synthetic_llava.py folder")
+    p.add_argument("--out", type=Path, default=Path("/tmp/bench_data"))
+    p.add_argument("--steps", nargs="+", default=["inprocess", "ray1", "ray2", "train"])
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results, model = {}, None
+    for step in args.steps:  # in the order given
+        if step == "train":
+            results[step] = bench_train(args.root.resolve(), args.out / "cache-ray2", args.out)
+        else:
+            if model is None:
+                model, src = build(args.root)
+            if step == "inprocess":
+                results[step] = bench_inprocess(model, src)
+            else:
+                results[step] = bench_ray(model, src, int(step.removeprefix("ray")), args.out / f"cache-{step}")
+        print(f"{step}: {results[step]}", flush=True)
+    print(json.dumps(results, indent=1))
+    (args.out / "bench_data.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
