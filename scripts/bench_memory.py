@@ -79,7 +79,7 @@ def preset_shapes(name: str):
 def print_plan(gpus: int, micro: int) -> None:
     print(f"Predicted per-GPU memory (GiB), {gpus} GPUs, micro-batch {micro}, bf16-mixed, AdamW, last phase; "
           f"ckpt = activation checkpointing of the decoder layers")
-    print(f"| preset | params | strategy | ckpt | weights | grads | AdamW | working | activations | total |")
+    print("| preset | params | strategy | ckpt | weights | grads | AdamW | working | activations | total |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for path in sorted((ROOT / "conf" / "experiment").glob("*.yaml")):
         dec, enc, proj, seq, train_dec = preset_shapes(path.stem)
