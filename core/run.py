@@ -145,6 +145,16 @@ def refuse_oversized_parts(model: torch.nn.Module, stage: DictConfig) -> None:
                     "to run it anyway, add stage.allow_large=true")
 
 
+def convert_fp8(model: torch.nn.Module, trainer_cfg: DictConfig, report: bool) -> None:
+    """With `trainer.fp8`, torchao float8 linear layers (core/fp8.py); nothing otherwise."""
+    if trainer_cfg.get("fp8", False):
+        from core.fp8 import apply_fp8
+
+        converted = apply_fp8(model, int(trainer_cfg.get("fp8_min_features", 1024)))
+        if report:
+            console.print(f"fp8: {len(converted)} linear layers converted")
+
+
 def train(cfg: DictConfig) -> dict:
     """Train every phase of the recipe (resuming where a previous run of the same command stopped)."""
     task = build_task(cfg)
@@ -167,10 +177,7 @@ def train(cfg: DictConfig) -> dict:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     model = task.build_model(cfg, run_dir)
     refuse_oversized_parts(model, cfg.stage)
-    if cfg.trainer.get("fp8", False):
-        from core.fp8 import apply_fp8
-
-        console.print(f"fp8: {len(apply_fp8(model, int(cfg.trainer.get('fp8_min_features', 1024))))} linear layers converted")
+    convert_fp8(model, cfg.trainer, report=main)
     if cfg.get("init_from") and not progress["completed"] and not last_ckpt.exists():
         # start from another run's weights, or from a checkpoint the task itself recognises (VLM: an HF Llava folder)
         if not task.init_from(model, Path(cfg.init_from)):
@@ -187,8 +194,7 @@ def train(cfg: DictConfig) -> dict:
         resume = ckpt_info.get("phase") == phase.name
         if fsdp_wrapped(model):  # FSDP wrapped the previous phase's model in place: this phase wraps a fresh one
             model = task.build_model(cfg, run_dir)
-            if cfg.trainer.get("fp8", False):
-                apply_fp8(model, int(cfg.trainer.get("fp8_min_features", 1024)))
+            convert_fp8(model, cfg.trainer, report=False)
         if not resume and weights.exists():
             load_model(model, str(weights))  # the previous phase's final weights
         world = world_size(cfg.trainer)
