@@ -1,7 +1,7 @@
 """Comparing runs: each benchmark's main metric, its table, a bar chart of it and the training loss curves.
 
 Used by `scripts/report.py runs/*` and by the sweep summary (core/sweep.py). One number per benchmark, its
-main metric: F1 for POPE, `accuracy` (percent) for every other benchmark, read from a run's `results.json`
+main metric: the benchmark config's `main_metric` (F1 for POPE), else `accuracy` (percent), read from a run's `results.json`
 `benchmarks` (benchmark name -> metrics, as `core.run.evaluate` writes them). Loss curves are the
 `train/loss` column of each run's `metrics.csv` (steps counted over the whole run, all phases). The charts
 are PNG files written with matplotlib (Agg backend, no display needed).
@@ -10,15 +10,21 @@ are PNG files written with matplotlib (Agg backend, no display needed).
 from __future__ import annotations
 
 import csv
+from functools import cache
 from pathlib import Path
 
+from core.conf import group_option, group_options
 from data.atomic import read_json
 
-MAIN_METRIC = {"pope": "f1"}  # every other benchmark: "accuracy"
-
-
+@cache
 def main_metric(benchmark: str) -> str:
-    return MAIN_METRIC.get(benchmark, "accuracy")
+    """The `main_metric` of the benchmark config named `benchmark` (file stem or its `name`); "accuracy" if it names
+    none or there is no such config."""
+    for option in group_options("benchmark"):
+        node = group_option("benchmark", option)
+        if benchmark in (option, node.get("name")):
+            return str(node.get("main_metric") or "accuracy")
+    return "accuracy"
 
 
 def main_metrics(run_dir: Path) -> dict[str, float]:

@@ -5,8 +5,8 @@
 Reads each run's `results.json` (its `benchmarks` key maps benchmark name -> metrics, as written by
 `core.run.evaluate`), prints the table and writes `DIR/report.md`, `DIR/report.png` (the benchmark chart)
 and `DIR/report_loss.png` (`train/loss` per step from each run's `metrics.csv`) (default DIR: the current
-folder). One number per benchmark, its main metric (`core.report.main_metric`: F1 for POPE, `accuracy` in
-percent for every other benchmark). Runs that were never evaluated (or lack a benchmark) get empty cells;
+folder). One number per benchmark, its main metric (`core.report.main_metric`: the benchmark config's
+`main_metric`, e.g. F1 for POPE, else `accuracy` in percent). Runs that were never evaluated (or lack a benchmark) get empty cells;
 arguments that are not run directories are skipped with a note.
 """
 

@@ -79,10 +79,11 @@ class Runner:
     subset_name: str = "annotations.json"  # written as predictions/<name>.<subset_name>
 
     def __init__(self, name: str, scorer: Any, root: str | None = None, prompt_suffix: str = "",
-                 max_new_tokens: int = 16, mode: str = "likelihood", **settings: Any):
+                 max_new_tokens: int = 16, mode: str = "likelihood", main_metric: str = "accuracy", **settings: Any):
         if mode not in MODES:
             raise ValueError(f"benchmark {name}: benchmark.mode={mode!r}; choose one of {list(MODES)}")
         self.name = name
+        self.main_metric = main_metric  # the one number reports compare (core/report.py)
         self.root = Path(root) if root else None
         self.prompt_suffix = prompt_suffix or ""
         self.max_new_tokens = int(max_new_tokens)
