@@ -34,11 +34,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from hydra.utils import instantiate
 from PIL import Image
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -79,12 +81,14 @@ class Runner:
     subset_name: str = "annotations.json"  # written as predictions/<name>.<subset_name>
 
     def __init__(self, name: str, scorer: Any, root: str | None = None, prompt_suffix: str = "",
-                 max_new_tokens: int = 16, mode: str = "likelihood", main_metric: str = "accuracy", **settings: Any):
+                 max_new_tokens: int = 16, mode: str = "likelihood", main_metric: str = "accuracy", generator: Any = None,
+                 **settings: Any):
         if mode not in MODES:
             raise ValueError(f"benchmark {name}: benchmark.mode={mode!r}; choose one of {list(MODES)}")
         self.name = name
         self.main_metric = main_metric  # the one number reports compare (core/report.py)
         self.root = Path(root) if root else None
+        self.generator = generator  # root null: a Hydra node (or its result) making the folder (a generated benchmark)
         self.prompt_suffix = prompt_suffix or ""
         self.max_new_tokens = int(max_new_tokens)
         self.mode = mode  # how items with answer options are answered (free-answer items always generate)
@@ -123,6 +127,8 @@ class Runner:
         rel = self.settings.get(key)
         if rel is None:
             raise ValueError(f"benchmark {self.name}: benchmark.{key} is not set")
+        if self.root is None and self.generator is not None:  # once, lazily: the generated folder
+            self.root = Path(instantiate(self.generator) if isinstance(self.generator, Mapping) else self.generator)
         if self.root is None:
             raise FileNotFoundError(f"benchmark {self.name} needs benchmark.root=PATH (the folder holding "
                                     f"{rel}; see docs/evaluation.md)")

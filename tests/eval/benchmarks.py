@@ -12,7 +12,8 @@ def compose_eval_benchmarks() -> dict:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfgs = {n: compose(config_name="eval", overrides=[f"benchmark={n}", "run=x", "++benchmark.root=/benchmarks"])
                 for n in names}
-    return {n: cfg for n, cfg in cfgs.items() if str(cfg.benchmark.get("_target_", "")).startswith("eval.")}
+    return {n: cfg for n, cfg in cfgs.items() if str(cfg.benchmark.get("_target_", "")).startswith("eval.")
+            and not cfg.benchmark.get("generator")}  # generated benchmarks (mini_*): tests/eval/test_mini_benchmarks.py
 
 
 EVAL_CONFIGS = compose_eval_benchmarks()

@@ -1,0 +1,212 @@
+"""The mini world's scenes: sampling, rendering and the geometry every question and caption is read from.
+
+A scene is a dict `{"width", "height", "objects": [...], "sign": {...} | None}`; an object is
+`{"color", "shape", "size": "small"|"large", "bbox": [x, y, w, h], "label": str | None}` (pixels, integer
+top-left corner). Within a scene every (colour, shape) pair is unique, so "the red circle" always names one
+object. Colours and shapes are drawn with skewed frequencies and each scene uses a palette of 2-4 colours, so
+some objects are frequent and some pairs co-occur more than others (POPE's popular / adversarial negatives).
+
+About `border_share` of the objects are placed with their centre outside the window a centre crop keeps
+(timm's resize-crop: shorter side to `crop_size / crop_pct`, centre crop `crop_size`): that crop cuts them off,
+squashing the canvas into a square distorts them, letterboxing keeps them whole (`crop_window`, `crop_loss`).
+
+About `label_share` of the scenes carry a sign: a short word in black on a white board (PIL's default font),
+free-standing or held just above a large object (that object's `label` is then the word).
+"""
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+COLORS = {
+    "red": (225, 30, 30),
+    "green": (30, 170, 50),
+    "blue": (35, 70, 230),
+    "yellow": (240, 215, 0),
+    "purple": (150, 45, 200),
+    "orange": (255, 135, 0),
+}
+COLOR_WEIGHTS = (0.28, 0.22, 0.17, 0.13, 0.11, 0.09)  # skewed: "popular" objects exist
+SHAPES = ("circle", "square", "triangle")
+SHAPE_WEIGHTS = (0.45, 0.33, 0.22)
+SIZES = {"small": 9, "large": 15}
+WORDS = ("cat", "sun", "box", "dog", "cup", "hat", "key", "map", "pen", "bus", "fox", "owl", "egg", "jar",
+         "kite", "star")
+SIGN_PAD = 2       # white margin around the word, pixels
+GAP = 2            # minimum free pixels between two things' boxes
+
+
+def crop_window(width: int, height: int, crop_size: int, crop_pct: float) -> tuple[float, float, float, float]:
+    """(x0, y0, x1, y1) of the canvas a resize-crop keeps: shorter side scaled to crop_size / crop_pct, then a
+    centre square of crop_size (timm's eval transform), mapped back to original pixels."""
+    scale = (crop_size / crop_pct) / min(width, height)
+    half = crop_size / scale / 2
+    return width / 2 - half, height / 2 - half, width / 2 + half, height / 2 + half
+
+
+def center(o: dict) -> tuple[float, float]:
+    x, y, w, h = o["bbox"]
+    return x + w / 2, y + h / 2
+
+
+def name(o: dict) -> str:
+    """'red circle': unique within a scene."""
+    return f"{o['color']} {o['shape']}"
+
+
+def crop_loss(scene: dict, window) -> tuple[int, int]:
+    """(objects the crop cuts, objects whose centre it loses)."""
+    x0, y0, x1, y1 = window
+    cut = lost = 0
+    for o in scene["objects"]:
+        x, y, w, h = o["bbox"]
+        cx, cy = center(o)
+        cut += int(x < x0 or y < y0 or x + w > x1 or y + h > y1)
+        lost += int(not (x0 <= cx <= x1 and y0 <= cy <= y1))
+    return cut, lost
+
+
+def sign_font() -> ImageFont.ImageFont:
+    return ImageFont.load_default()
+
+
+def sign_size(word: str) -> tuple[int, int]:
+    left, top, right, bottom = sign_font().getbbox(word)
+    return right - min(left, 0) + 2 * SIGN_PAD, bottom - min(top, 0) + 2 * SIGN_PAD
+
+
+def _overlaps(box, others) -> bool:
+    x, y, w, h = box
+    return any(x < a + c + GAP and a < x + w + GAP and y < b + d + GAP and b < y + h + GAP for a, b, c, d in others)
+
+
+def _place(rng, w, h, width, height, others, window, border=False):
+    """An integer top-left corner for a w x h box that overlaps none of `others`: with `border` its centre falls
+    left or right of the centre-crop `window` (x0, x1), else inside it. None after 200 tries."""
+    x0, x1 = window[0], window[2]
+    for _ in range(200):
+        if border:  # centre left of x0 or right of x1
+            lo, hi = (0, int(np.ceil(x0 - w / 2)) - 1) if rng.random() < 0.5 else (int(np.floor(x1 - w / 2)) + 1, width - w)
+        else:
+            lo, hi = max(0, int(np.ceil(x0 - w / 2))), min(width - w, int(np.floor(x1 - w / 2)))
+        if hi < lo:
+            continue
+        x = int(rng.integers(lo, hi + 1))
+        y = int(rng.integers(0, height - h + 1))
+        if not _overlaps((x, y, w, h), others):
+            return x, y
+    return None
+
+
+def sample_scene(rng: np.random.Generator, width: int, height: int, min_objects: int, max_objects: int,
+                 border_share: float, label_share: float, window) -> dict:
+    """One scene (see the module docstring); `window` is the centre crop's (x0, y0, x1, y1)."""
+    for _ in range(1000):
+        scene = _try_scene(rng, width, height, min_objects, max_objects, border_share, label_share, window)
+        if scene is not None:
+            return scene
+    raise RuntimeError(f"could not place {max_objects} objects on a {width}x{height} canvas; make it larger")
+
+
+def _try_scene(rng, width, height, min_objects, max_objects, border_share, label_share, window):
+    n = int(rng.integers(min_objects, max_objects + 1))
+    palette_size = int(rng.integers(2, 5))
+    palette = [list(COLORS)[int(i)] for i in rng.choice(len(COLORS), size=palette_size, replace=False, p=COLOR_WEIGHTS)]
+    kinds: list[tuple[str, str]] = []
+    while len(kinds) < n:
+        kind = (palette[int(rng.integers(len(palette)))], SHAPES[int(rng.choice(len(SHAPES), p=SHAPE_WEIGHTS))])
+        if kind not in kinds:
+            kinds.append(kind)
+        elif len(kinds) >= len(palette) * len(SHAPES):
+            return None
+    sizes = [("small", "large")[int(rng.integers(2))] for _ in kinds]
+    word = WORDS[int(rng.integers(len(WORDS)))] if rng.random() < label_share else None
+    holder = None  # the large object holding the sign
+    if word is not None and "large" in sizes and rng.random() < 0.4:
+        holder = sizes.index("large")
+    boxes: list[tuple[int, int, int, int]] = []
+    objects, sign = [], None
+    if word is not None:
+        sw, sh = sign_size(word)
+        if holder is None:
+            at = _place(rng, sw, sh, width, height, boxes, window)
+            if at is None:
+                return None
+            sign = {"word": word, "bbox": [at[0], at[1], sw, sh], "on": None}
+            boxes.append((at[0], at[1], sw, sh))
+    for i, ((color, shape), size) in enumerate(zip(kinds, sizes)):
+        s = SIZES[size]
+        if i == holder:  # the object with its sign just above it, centred: one footprint
+            sw, sh = sign_size(word)
+            fw, fh = max(sw, s), sh + s
+            at = _place(rng, fw, fh, width, height, boxes, window)
+            if at is None:
+                return None
+            sx, ox = at[0] + (fw - sw) // 2, at[0] + (fw - s) // 2
+            sign = {"word": word, "bbox": [sx, at[1], sw, sh], "on": i}
+            box = (ox, at[1] + sh, s, s)
+            boxes.append((at[0], at[1], fw, fh))
+        else:
+            at = _place(rng, s, s, width, height, boxes, window, border=rng.random() < border_share)
+            if at is None:
+                return None
+            box = (at[0], at[1], s, s)
+            boxes.append(box)
+        objects.append({"color": color, "shape": shape, "size": size, "bbox": list(box),
+                        "label": word if i == holder else None})
+    return {"width": width, "height": height, "objects": objects, "sign": sign}
+
+
+def render(scene: dict, background: int = 128, supersample: int = 4) -> Image.Image:
+    """Shapes drawn at `supersample` x and box-downsampled (antialiased); the sign drawn at 1x (crisp text)."""
+    k, W, H = supersample, scene["width"], scene["height"]
+    img = Image.new("RGB", (W * k, H * k), (background,) * 3)
+    draw = ImageDraw.Draw(img)
+    for o in scene["objects"]:
+        x, y, w, h = (v * k for v in o["bbox"])
+        box = [x, y, x + w - 1, y + h - 1]
+        fill = COLORS[o["color"]]
+        if o["shape"] == "circle":
+            draw.ellipse(box, fill=fill)
+        elif o["shape"] == "square":
+            draw.rectangle(box, fill=fill)
+        else:
+            draw.polygon([(x + w / 2, y), (x + w - 1, y + h - 1), (x, y + h - 1)], fill=fill)
+    img = img.resize((W, H), Image.BOX) if k > 1 else img
+    if scene.get("sign"):
+        x, y, w, h = scene["sign"]["bbox"]
+        draw = ImageDraw.Draw(img)
+        draw.rectangle([x, y, x + w - 1, y + h - 1], fill=(255, 255, 255))
+        left, top, _, _ = sign_font().getbbox(scene["sign"]["word"])
+        draw.text((x + SIGN_PAD - min(left, 0), y + SIGN_PAD - min(top, 0)), scene["sign"]["word"], fill=(0, 0, 0),
+                  font=sign_font())
+    return img
+
+
+# ----------------------------------------------------------------------------- geometry the language reads
+MARGIN = 6  # pixels: a relation (left of, above, ...) is only stated when the centres differ by at least this
+
+
+def horizontal(o: dict, width: int) -> str | None:
+    """'left' / 'right' of the canvas midline, None when too close to call."""
+    cx = center(o)[0]
+    return None if abs(cx - width / 2) < MARGIN else ("left" if cx < width / 2 else "right")
+
+
+def position_words(o: dict, width: int, height: int) -> str:
+    """'top left', 'middle', 'bottom right', ... (thirds of the canvas)."""
+    cx, cy = center(o)
+    v = ("top", "middle", "bottom")[min(2, int(3 * cy / height))]
+    h = ("left", "middle", "right")[min(2, int(3 * cx / width))]
+    return "middle" if v == h == "middle" else f"{v} {h}" if "middle" not in (v, h) else (h if v == "middle" else v)
+
+
+def relation(a: dict, b: dict, rel: str) -> bool | None:
+    """Whether `a` is `rel` ('left of', 'right of', 'above', 'below') `b`; None when too close to call."""
+    (ax, ay), (bx, by) = center(a), center(b)
+    d = {"left of": bx - ax, "right of": ax - bx, "above": by - ay, "below": ay - by}[rel]
+    return None if abs(d) < MARGIN else d > 0
+
+
+RELATIONS = ("left of", "right of", "above", "below")
+OPPOSITE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above"}
