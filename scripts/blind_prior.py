@@ -1,0 +1,126 @@
+"""The blind baseline of the mini world's benchmarks: a model given the questions without the images.
+
+Every benchmark question is answered from the training data alone (instruct.json, whose prompts are the
+benchmarks' own): the most frequent training answer to the same prompt, else to the same template (the prompt
+with its colour, shape, size and sign words masked), else the most frequent answer of all prompts with the same
+suffix; RefCOCO: the mean training box of the same expression, else template, else all boxes. The predictions
+are written in each benchmark's official format through its REAL runner (`items`, `official`, `scoring_files`)
+and scored by its REAL scorer. Prints and writes (`--out`) one JSON `{"mini_vqav2/accuracy": x, ...}` (each
+benchmark's main metric, percent): the prior a trained cell must beat.
+
+    python scripts/blind_prior.py [--root WORLD_DIR] [--out prior.json] [data.generator.n_train=8000 ...]
+
+Without --root the world is the one conf/world/mini.yaml makes (generated on first use; overrides apply).
+Library: `blind_prior(world_root, pred_dir) -> {benchmark/metric: value}`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+from hydra.utils import instantiate  # noqa: E402
+
+from data.atomic import write_json  # noqa: E402
+from data.mini_world_questions import FAMILIES  # noqa: E402
+from data.mini_world_scenes import COLORS, SHAPES, SIZES, WORDS  # noqa: E402
+
+CONF = ROOT / "conf"
+_MASKS = [(re.compile(r"\b(" + "|".join(words) + r")\b"), tag) for words, tag in (
+    (list(COLORS), "<color>"), ([s + "s" for s in SHAPES] + list(SHAPES), "<shape>"), (list(SIZES), "<size>"),
+    (list(WORDS), "<word>"))]
+_BOX = re.compile(r"^\[([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+)\]$")
+
+
+def template(prompt: str) -> str:
+    for pattern, tag in _MASKS:
+        prompt = pattern.sub(tag, prompt)
+    return prompt
+
+
+def suffix(prompt: str) -> str:
+    return prompt.rsplit("\n", 1)[-1] if "\n" in prompt else prompt.split(":")[0]
+
+
+class Prior:
+    """Answers a prompt from the training answers to the same prompt, template or suffix."""
+
+    def __init__(self, instruct: list[dict]):
+        self.answers = {level: defaultdict(list) for level in ("prompt", "template", "suffix")}
+        for record in instruct:
+            turns = record["conversations"]
+            for human, gpt in zip(turns[::2], turns[1::2]):
+                prompt = human["value"].replace("<image>\n", "")
+                for level, key in (("prompt", prompt), ("template", template(prompt)), ("suffix", suffix(prompt))):
+                    self.answers[level][key].append(gpt["value"])
+
+    def __call__(self, prompt: str) -> str:
+        for level, key in (("prompt", prompt), ("template", template(prompt)), ("suffix", suffix(prompt))):
+            seen = self.answers[level].get(key)
+            if seen:
+                boxes = [tuple(float(v) for v in m.groups()) for m in map(_BOX.match, seen) if m]
+                if boxes:  # a box answer: the mean box
+                    mean = [sum(b[i] for b in boxes) / len(boxes) for i in range(4)]
+                    return "[{:.2f}, {:.2f}, {:.2f}, {:.2f}]".format(*mean)
+                return sorted(Counter(seen).items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+        raise ValueError(f"no training prompt ends like {prompt!r}: is instruct.json from this world?")
+
+
+def benchmark_runner(family: str, root: Path):
+    """The real runner of conf/benchmark/mini_<family>.yaml, reading the world at `root`."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="eval", overrides=[f"benchmark=mini_{family}", "run=blind", f"benchmark.root={root}"])
+    return instantiate(cfg.benchmark, _recursive_=False)
+
+
+def blind_prior(world_root, pred_dir, families=FAMILIES) -> dict[str, float]:
+    """{"mini_<family>/<main metric>": value} of the blind prior, scored by the real scorers; the official
+    prediction files are written to pred_dir."""
+    world_root, pred_dir = Path(world_root), Path(pred_dir)
+    prior = Prior(json.loads((world_root / "instruct.json").read_text()))
+    out = {}
+    for family in families:
+        runner = benchmark_runner(family, world_root)
+        items = runner.items(pred_dir)
+        official = [runner.official(it, prior(it.prompt)) for it in items]
+        path = pred_dir / f"{runner.name}.json"
+        write_json(path, official)
+        files = runner.scoring_files(pred_dir)
+        metrics = runner.score(str(path), str(files["annotations"]),
+                               questions=None if files.get("questions") is None else str(files["questions"]),
+                               split=files.get("split"))
+        out[f"{runner.name}/{runner.main_metric}"] = metrics[runner.main_metric]
+    return out
+
+
+def default_world(overrides: list[str]) -> Path:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["data=mini_world", *overrides])
+    return Path(instantiate(cfg.data.generator))
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--root", help="a generated world folder (default: the one conf/world/mini.yaml makes)")
+    ap.add_argument("--out", help="write the JSON here too")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides of the world, e.g. data.generator.n_train=2000")
+    a = ap.parse_args(argv)
+    root = Path(a.root) if a.root else default_world(a.overrides)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = blind_prior(root, tmp)
+    if a.out:
+        write_json(Path(a.out), result)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
