@@ -40,15 +40,24 @@ import numpy as np
 
 from data.atomic import atomic_directory
 from data.mini_world_benchmarks import cooccurrence_stats, write_benchmark
-from data.mini_world_questions import (ASK, FAMILIES, absent_pairs, caption, pick, pope_question, prompt, prose,
-                                       text_dialogue)
+from data.mini_world_questions import (
+    ASK,
+    FAMILIES,
+    absent_pairs,
+    caption,
+    pick,
+    pope_question,
+    prompt,
+    prose,
+    text_dialogue,
+)
 from data.mini_world_scenes import crop_loss, crop_window, render, sample_scene
 
 VERSION = 1
 CAPTION_PROMPT = "Describe the image."
-DEFAULTS = dict(seed=0, n_train=8000, n_test=500, n_per_benchmark=300, width=96, height=64, min_objects=3,
-                max_objects=6, border_share=0.3, label_share=0.4, crop_size=64, crop_pct=0.9, background=128,
-                jpeg_quality=95)
+DEFAULTS = {"seed": 0, "n_train": 8000, "n_test": 500, "n_per_benchmark": 300, "width": 96, "height": 64,
+            "min_objects": 3, "max_objects": 6, "border_share": 0.3, "label_share": 0.4, "crop_size": 64,
+            "crop_pct": 0.9, "background": 128, "jpeg_quality": 95}
 SPLITS = ("train", "test", *FAMILIES)  # each draws its scenes from its own seeded stream
 
 
@@ -128,7 +137,6 @@ def generate(out_dir, **kw) -> Path:
     p = params(**kw)
     out = Path(out_dir).expanduser().resolve()
     world = World(p)
-    W, H = p["width"], p["height"]
     with atomic_directory(out) as tmp:
         scenes: dict[str, dict] = {"train": {}, "test": {}}
         align, instruct, text, lm = [], [], [], []

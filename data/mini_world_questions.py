@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from collections import Counter
 
-from data.mini_world_scenes import COLORS, OPPOSITE, RELATIONS, SHAPES, horizontal, name, position_words, relation
+from data.mini_world_scenes import (
+    COLORS,
+    OPPOSITE,
+    RELATIONS,
+    SHAPES,
+    horizontal,
+    name,
+    position_words,
+    relation,
+)
 
 SHORT = "\nAnswer the question using a single word or phrase."
 PROMPTS = {  # family -> (template around the question, suffix): as the conf/benchmark/<family>.yaml runners ask
@@ -35,7 +44,7 @@ def box_answer(box: list[float], width: int, height: int) -> str:
     """'[x1, y1, x2, y2]' as 2-decimal fractions of the image width / height (LLaVA-1.5's convention, which
     eval/scorers/refcoco.py reads back as fractions)."""
     x, y, w, h = box
-    return "[{:.2f}, {:.2f}, {:.2f}, {:.2f}]".format(x / width, y / height, (x + w) / width, (y + h) / height)
+    return f"[{x / width:.2f}, {y / height:.2f}, {(x + w) / width:.2f}, {(y + h) / height:.2f}]"
 
 
 def plural(shape: str) -> str:
@@ -66,23 +75,23 @@ def ask_vqav2(scene, rng) -> list[dict]:
     out = []
     for o in objs:
         if len(_unique(objs, shape=o["shape"])) == 1:
-            out.append(dict(question=f"What color is the {o['shape']}?", answer=o["color"], kind="color"))
+            out.append({"question": f"What color is the {o['shape']}?", "answer": o["color"], "kind": "color"})
         elif len(_unique(objs, shape=o["shape"], size=o["size"])) == 1:
-            out.append(dict(question=f"What color is the {o['size']} {o['shape']}?", answer=o["color"], kind="color"))
+            out.append({"question": f"What color is the {o['size']} {o['shape']}?", "answer": o["color"], "kind": "color"})
         if len(_unique(objs, color=o["color"])) == 1:
-            out.append(dict(question=f"What shape is the {o['color']} object?", answer=o["shape"], kind="shape"))
-        out.append(dict(question=f"What size is the {name(o)}?", answer=o["size"], kind="size"))
+            out.append({"question": f"What shape is the {o['color']} object?", "answer": o["shape"], "kind": "shape"})
+        out.append({"question": f"What size is the {name(o)}?", "answer": o["size"], "kind": "size"})
         side = horizontal(o, W)
         if side:
-            out.append(dict(question=f"Is the {name(o)} on the left or on the right?", answer=side, kind="position"))
+            out.append({"question": f"Is the {name(o)} on the left or on the right?", "answer": side, "kind": "position"})
     for s in SHAPES:
-        out.append(dict(question=f"How many {plural(s)} are there?", answer=str(len(_unique(objs, shape=s))), kind="count"))
+        out.append({"question": f"How many {plural(s)} are there?", "answer": str(len(_unique(objs, shape=s))), "kind": "count"})
     for c in sorted({o["color"] for o in objs}):
-        out.append(dict(question=f"How many {c} objects are there?", answer=str(len(_unique(objs, color=c))), kind="count"))
+        out.append({"question": f"How many {c} objects are there?", "answer": str(len(_unique(objs, color=c))), "kind": "count"})
     o = objs[int(rng.integers(len(objs)))]
-    out.append(dict(question=f"Is there {article(name(o))}?", answer="yes", kind="exists"))
+    out.append({"question": f"Is there {article(name(o))}?", "answer": "yes", "kind": "exists"})
     c, s = _pick(absent_pairs(scene), rng)
-    out.append(dict(question=f"Is there {article(c + ' ' + s)}?", answer="no", kind="exists"))
+    out.append({"question": f"Is there {article(c + ' ' + s)}?", "answer": "no", "kind": "exists"})
     return out
 
 
@@ -95,14 +104,14 @@ def ask_gqa(scene, rng) -> list[dict]:
                 continue
             lr, ab = relation(a, b, "left of"), relation(a, b, "above")
             if lr is not None:
-                out.append(dict(question=f"Is the {name(a)} to the left or to the right of the {name(b)}?",
-                                answer="left" if lr else "right", types={"structural": "choose", "semantic": "rel"}))
+                out.append({"question": f"Is the {name(a)} to the left or to the right of the {name(b)}?",
+                                "answer": "left" if lr else "right", "types": {"structural": "choose", "semantic": "rel"}})
             if ab is not None:
-                out.append(dict(question=f"Is the {name(a)} above or below the {name(b)}?",
-                                answer="above" if ab else "below", types={"structural": "choose", "semantic": "rel"}))
+                out.append({"question": f"Is the {name(a)} above or below the {name(b)}?",
+                                "answer": "above" if ab else "below", "types": {"structural": "choose", "semantic": "rel"}})
             if ia < ib:
-                out.append(dict(question=f"Are the {name(a)} and the {name(b)} the same size?",
-                                answer=_yes(a["size"] == b["size"]), types={"structural": "compare", "semantic": "attr"}))
+                out.append({"question": f"Are the {name(a)} and the {name(b)} the same size?",
+                                "answer": _yes(a["size"] == b["size"]), "types": {"structural": "compare", "semantic": "attr"}})
         for rel in ("left of", "right of"):
             side = rel.split()[0]
             for s in SHAPES:
@@ -110,38 +119,38 @@ def ask_gqa(scene, rng) -> list[dict]:
                 if None in flags:
                     continue
                 hits = [o for o in objs if o is not a and o["shape"] == s and relation(o, a, rel)]
-                out.append(dict(question=f"Is there a {s} to the {side} of the {name(a)}?", answer=_yes(bool(hits)),
-                                types={"structural": "verify", "semantic": "rel"}))
+                out.append({"question": f"Is there a {s} to the {side} of the {name(a)}?", "answer": _yes(bool(hits)),
+                                "types": {"structural": "verify", "semantic": "rel"}})
                 if len(hits) == 1:
-                    out.append(dict(question=f"What color is the {s} to the {side} of the {name(a)}?",
-                                    answer=hits[0]["color"], types={"structural": "query", "semantic": "rel"}))
+                    out.append({"question": f"What color is the {s} to the {side} of the {name(a)}?",
+                                    "answer": hits[0]["color"], "types": {"structural": "query", "semantic": "rel"}})
     absent = absent_pairs(scene)
     if len(absent) >= 2:
         (c1, s1), (c2, s2) = (absent[int(i)] for i in rng.choice(len(absent), 2, replace=False))
         o = objs[int(rng.integers(len(objs)))]
-        out.append(dict(question=f"Is there {article(c1 + ' ' + s1)} or {article(c2 + ' ' + s2)}?", answer="no",
-                        types={"structural": "logical", "semantic": "obj"}))
-        out.append(dict(question=f"Is there {article(c1 + ' ' + s1)} or {article(name(o))}?", answer="yes",
-                        types={"structural": "logical", "semantic": "obj"}))
+        out.append({"question": f"Is there {article(c1 + ' ' + s1)} or {article(c2 + ' ' + s2)}?", "answer": "no",
+                        "types": {"structural": "logical", "semantic": "obj"}})
+        out.append({"question": f"Is there {article(c1 + ' ' + s1)} or {article(name(o))}?", "answer": "yes",
+                        "types": {"structural": "logical", "semantic": "obj"}})
     return out
 
 
 def ask_tallyqa(scene, rng) -> list[dict]:
     objs = scene["objects"]
-    out = [dict(question="How many objects are there?", answer=str(len(objs)), issimple=True)]
+    out = [{"question": "How many objects are there?", "answer": str(len(objs)), "issimple": True}]
     for s in SHAPES:
-        out.append(dict(question=f"How many {plural(s)} are there?", answer=str(len(_unique(objs, shape=s))), issimple=True))
+        out.append({"question": f"How many {plural(s)} are there?", "answer": str(len(_unique(objs, shape=s))), "issimple": True})
         for size in ("small", "large"):
-            out.append(dict(question=f"How many {size} {plural(s)} are there?",
-                            answer=str(len(_unique(objs, shape=s, size=size))), issimple=False))
+            out.append({"question": f"How many {size} {plural(s)} are there?",
+                            "answer": str(len(_unique(objs, shape=s, size=size))), "issimple": False})
     for c in sorted({o["color"] for o in objs}):
-        out.append(dict(question=f"How many {c} objects are there?", answer=str(len(_unique(objs, color=c))), issimple=True))
+        out.append({"question": f"How many {c} objects are there?", "answer": str(len(_unique(objs, color=c))), "issimple": True})
     for a in objs:
         for rel in ("left of", "right of", "above", "below"):
             flags = [relation(o, a, rel) for o in objs if o is not a]
             if None not in flags:
-                out.append(dict(question=f"How many objects are {rel} the {name(a)}?", answer=str(sum(flags)),
-                                issimple=False))
+                out.append({"question": f"How many objects are {rel} the {name(a)}?", "answer": str(sum(flags)),
+                                "issimple": False})
     return out
 
 
@@ -154,16 +163,16 @@ def ask_vsr(scene, rng) -> list[dict]:
                 continue
             for rel in RELATIONS:
                 if relation(a, b, rel):  # a true statement, and its opposite as the false one
-                    out.append(dict(question=f"The {name(a)} is {rel} the {name(b)}.", answer="yes", label=1,
-                                    relation=rel, subj=name(a), obj=name(b)))
-                    out.append(dict(question=f"The {name(a)} is {OPPOSITE[rel]} the {name(b)}.", answer="no", label=0,
-                                    relation=OPPOSITE[rel], subj=name(a), obj=name(b)))
+                    out.append({"question": f"The {name(a)} is {rel} the {name(b)}.", "answer": "yes", "label": 1,
+                                    "relation": rel, "subj": name(a), "obj": name(b)})
+                    out.append({"question": f"The {name(a)} is {OPPOSITE[rel]} the {name(b)}.", "answer": "no", "label": 0,
+                                    "relation": OPPOSITE[rel], "subj": name(a), "obj": name(b)})
     return out
 
 
 def ask_pope(scene, rng) -> list[dict]:
     """Positives only (every object present); the runners' negatives are chosen per POPE split."""
-    return [dict(question=pope_question(o["color"], o["shape"]), answer="yes", pair=[o["color"], o["shape"]])
+    return [{"question": pope_question(o["color"], o["shape"]), "answer": "yes", "pair": [o["color"], o["shape"]]}
             for o in scene["objects"]]
 
 
@@ -192,7 +201,7 @@ def ask_refcoco(scene, rng) -> list[dict]:
     out = []
     for i, o in enumerate(scene["objects"]):
         for sent in referring(scene, i):
-            out.append(dict(question=sent, answer=box_answer(o["bbox"], scene["width"], scene["height"]), target=i))
+            out.append({"question": sent, "answer": box_answer(o["bbox"], scene["width"], scene["height"]), "target": i})
     return out
 
 
@@ -200,11 +209,11 @@ def ask_textvqa(scene, rng) -> list[dict]:
     sign = scene.get("sign")
     if not sign:
         return []
-    out = [dict(question="What does the sign say?", answer=sign["word"]),
-           dict(question="What word is written on the sign?", answer=sign["word"])]
+    out = [{"question": "What does the sign say?", "answer": sign["word"]},
+           {"question": "What word is written on the sign?", "answer": sign["word"]}]
     if sign["on"] is not None:
         o = scene["objects"][sign["on"]]
-        out.append(dict(question=f"What is written above the {name(o)}?", answer=sign["word"]))
+        out.append({"question": f"What is written above the {name(o)}?", "answer": sign["word"]})
     return out
 
 
@@ -281,9 +290,9 @@ def text_dialogue(scene, rng, k: int = 4) -> list[dict]:
     W, H = scene["width"], scene["height"]
     qs = [q for q in ask_vqav2(scene, rng) if q["kind"] != "position"]
     for o in scene["objects"]:
-        qs.append(dict(question=f"Where is the {name(o)}?", answer=position_words(o, W, H)))
+        qs.append({"question": f"Where is the {name(o)}?", "answer": position_words(o, W, H)})
     if scene.get("sign"):
-        qs.append(dict(question="What does the sign say?", answer=scene["sign"]["word"]))
+        qs.append({"question": "What does the sign say?", "answer": scene["sign"]["word"]})
     picked = pick(qs, k, rng)
     turns = []
     for j, q in enumerate(picked):

@@ -27,12 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from hydra import compose, initialize_config_dir  # noqa: E402
-from hydra.utils import instantiate  # noqa: E402
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
 
-from data.atomic import write_json  # noqa: E402
-from data.mini_world_questions import FAMILIES  # noqa: E402
-from data.mini_world_scenes import COLORS, SHAPES, SIZES, WORDS  # noqa: E402
+from data.atomic import write_json
+from data.mini_world_questions import FAMILIES
+from data.mini_world_scenes import COLORS, SHAPES, SIZES, WORDS
 
 CONF = ROOT / "conf"
 _MASKS = [(re.compile(r"\b(" + "|".join(words) + r")\b"), tag) for words, tag in (
@@ -71,7 +71,7 @@ class Prior:
                 if boxes:  # a box answer: the mean box
                     mean = [sum(b[i] for b in boxes) / len(boxes) for i in range(4)]
                     return "[{:.2f}, {:.2f}, {:.2f}, {:.2f}]".format(*mean)
-                return sorted(Counter(seen).items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+                return min(Counter(seen).items(), key=lambda kv: (-kv[1], kv[0]))[0]
         raise ValueError(f"no training prompt ends like {prompt!r}: is instruct.json from this world?")
 
 

@@ -89,11 +89,11 @@ def check_answer(scene, question, answer):
     objs = scene["objects"]
     if m := re.fullmatch(r"How many (circle|square|triangle)s are there\?\nAnswer the question using a single (?:number|word or phrase)\.", question):
         return str(sum(o["shape"] == m[1] for o in objs))
-    if m := re.fullmatch(r"How many (\w+) objects are there\?\n.*", question, re.S):
+    if m := re.fullmatch(r"How many (\w+) objects are there\?\n.*", question, re.DOTALL):
         return str(sum(o["color"] == m[1] for o in objs))
-    if m := re.fullmatch(r"What size is the (\w+) (\w+)\?\n.*", question, re.S):
+    if m := re.fullmatch(r"What size is the (\w+) (\w+)\?\n.*", question, re.DOTALL):
         return by_name(scene, m[1], m[2])["size"]
-    if m := re.fullmatch(r"Is there an? (\w+) (\w+)(?: in the image)?\?\n.*", question, re.S):
+    if m := re.fullmatch(r"Is there an? (\w+) (\w+)(?: in the image)?\?\n.*", question, re.DOTALL):
         return "yes" if any(o["color"] == m[1] and o["shape"] == m[2] for o in objs) else "no"
     if m := re.fullmatch(r"Is the following statement about the image true\? The (\w+) (\w+) is (left of|right of|above|below) "
                          r"the (\w+) (\w+)\.\nAnswer yes or no\.", question):
