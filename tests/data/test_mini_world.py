@@ -174,3 +174,20 @@ def test_bad_parameters_are_clear_errors(kw, error, match, tmp_path):
     with pytest.raises(error, match=match):
         ensure(tmp_path, **kw)
     assert not list(tmp_path.iterdir())
+
+
+def test_the_data_config_reads_the_world_as_llava_splits(world, tmp_path):
+    """`data=mini_world` (conf/world/mini.yaml at data.generator): every split is valid LLaVA data."""
+    from data.llava import load_llava
+    from data.sources import resolve
+    from tests.conftest import compose_cfg
+
+    overrides = [f"++data.generator.{k}={v}" for k, v in SMALL.items()]
+    cfg = compose_cfg("data=mini_world", f"cache_dir={tmp_path}", *overrides)
+    assert cfg.data.name == "mini_world" and cfg.data.generator._target_ == "data.mini_world.ensure"
+    source = resolve(cfg.data)
+    assert digest(source.image_root) == digest(world)  # the same parameters, the same world
+    for split, n_images in (("align", 60), ("instruct", 60), ("text", 0)):
+        [src] = source.splits[split]
+        records, skipped = load_llava(src.json, src.image_root)
+        assert len(records) == 60 and not skipped and sum("image" in r for r in records) == n_images
