@@ -199,3 +199,38 @@ def test_the_benchmark_composes_with_the_world_and_asks_the_trained_prompts(fami
         assert template == bench.template.replace("{caption}", "{q}").replace("{sentence}", "{q}")
     data = compose_cfg("data=mini_world").data
     assert OmegaConf.to_container(data.generator) == OmegaConf.to_container(bench.generator)
+
+
+def test_the_blind_prior_answers_from_training_text_and_scores_through_the_real_scorers(world, tmp_path):
+    from scripts.blind_prior import Prior, blind_prior, template
+
+    root = world[1]
+    prior = blind_prior(root, tmp_path)
+    assert sorted(prior) == sorted(f"mini_{f}/{'f1' if f == 'pope' else 'accuracy'}" for f in FAMILIES)
+    assert all(0.0 <= v < 100.0 for v in prior.values())
+    # the VSR prior by hand: each statement answered with the majority training answer of its template
+    instruct = json.loads((root / "instruct.json").read_text())
+    answer = Prior(instruct)
+    records = [json.loads(x) for x in (root / "vsr/random/test.jsonl").read_text().splitlines()]
+    right = sum((answer(prompt("vsr", r["caption"])) == "yes") == bool(r["label"]) for r in records)
+    assert prior["mini_vsr/accuracy"] == round(100 * right / len(records), 2)
+    assert template(prompt("vsr", "The red circle is left of the blue squares.")) == prompt(
+        "vsr", "The <color> <shape> is left of the <color> <shape>.")
+    preds = json.loads((tmp_path / "mini_refcoco.json").read_text())
+    assert len(preds) >= SMALL_WORLD["n_per_benchmark"] and all(p["answer"].startswith("[") for p in preds)
+
+
+def test_the_runner_resolves_its_root_from_the_generator_lazily(world, tmp_path):
+    from hydra.utils import instantiate
+
+    cache, root = world
+    overrides = [f"++benchmark.generator.{k}={v}" for k, v in SMALL_WORLD.items()]
+    cfg = compose_cfg("benchmark=mini_gqa", "run=x", f"cache_dir={cache}", *overrides, config="eval")
+    runner = instantiate(cfg.benchmark, _recursive_=False)
+    assert runner.root is None  # nothing generated when the runner is built
+    assert runner.path("annotations") == root / "gqa/testdev_balanced_questions.json" and runner.root == root
+    built = instantiate(cfg.benchmark)  # Hydra's default recursion hands the runner the folder itself
+    assert built.path("annotations") == root / "gqa/testdev_balanced_questions.json"
+    cfg.benchmark.generator = None
+    with pytest.raises(FileNotFoundError, match="needs benchmark.root=PATH"):
+        instantiate(cfg.benchmark, _recursive_=False).path("annotations")
