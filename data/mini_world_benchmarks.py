@@ -67,7 +67,7 @@ def _json(obj) -> str:
     return json.dumps(obj, indent=1)
 
 
-def _scenes_questions(family, scenes_of, rng, n, per_scene, balance=None, filter_scene=None):
+def _scenes_questions(family, scenes_of, rng, n, per_scene, balance=None):
     """(scene number, scene, questions) until n questions: per_scene drawn from each new scene's candidates."""
     total, k = 0, 0
     while total < n:

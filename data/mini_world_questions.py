@@ -105,13 +105,13 @@ def ask_gqa(scene, rng) -> list[dict]:
             lr, ab = relation(a, b, "left of"), relation(a, b, "above")
             if lr is not None:
                 out.append({"question": f"Is the {name(a)} to the left or to the right of the {name(b)}?",
-                                "answer": "left" if lr else "right", "types": {"structural": "choose", "semantic": "rel"}})
+                            "answer": "left" if lr else "right", "types": {"structural": "choose", "semantic": "rel"}})
             if ab is not None:
                 out.append({"question": f"Is the {name(a)} above or below the {name(b)}?",
-                                "answer": "above" if ab else "below", "types": {"structural": "choose", "semantic": "rel"}})
+                            "answer": "above" if ab else "below", "types": {"structural": "choose", "semantic": "rel"}})
             if ia < ib:
                 out.append({"question": f"Are the {name(a)} and the {name(b)} the same size?",
-                                "answer": _yes(a["size"] == b["size"]), "types": {"structural": "compare", "semantic": "attr"}})
+                            "answer": _yes(a["size"] == b["size"]), "types": {"structural": "compare", "semantic": "attr"}})
         for rel in ("left of", "right of"):
             side = rel.split()[0]
             for s in SHAPES:
@@ -120,18 +120,18 @@ def ask_gqa(scene, rng) -> list[dict]:
                     continue
                 hits = [o for o in objs if o is not a and o["shape"] == s and relation(o, a, rel)]
                 out.append({"question": f"Is there a {s} to the {side} of the {name(a)}?", "answer": _yes(bool(hits)),
-                                "types": {"structural": "verify", "semantic": "rel"}})
+                            "types": {"structural": "verify", "semantic": "rel"}})
                 if len(hits) == 1:
                     out.append({"question": f"What color is the {s} to the {side} of the {name(a)}?",
-                                    "answer": hits[0]["color"], "types": {"structural": "query", "semantic": "rel"}})
+                                "answer": hits[0]["color"], "types": {"structural": "query", "semantic": "rel"}})
     absent = absent_pairs(scene)
     if len(absent) >= 2:
         (c1, s1), (c2, s2) = (absent[int(i)] for i in rng.choice(len(absent), 2, replace=False))
         o = objs[int(rng.integers(len(objs)))]
         out.append({"question": f"Is there {article(c1 + ' ' + s1)} or {article(c2 + ' ' + s2)}?", "answer": "no",
-                        "types": {"structural": "logical", "semantic": "obj"}})
+                    "types": {"structural": "logical", "semantic": "obj"}})
         out.append({"question": f"Is there {article(c1 + ' ' + s1)} or {article(name(o))}?", "answer": "yes",
-                        "types": {"structural": "logical", "semantic": "obj"}})
+                    "types": {"structural": "logical", "semantic": "obj"}})
     return out
 
 
@@ -142,7 +142,7 @@ def ask_tallyqa(scene, rng) -> list[dict]:
         out.append({"question": f"How many {plural(s)} are there?", "answer": str(len(_unique(objs, shape=s))), "issimple": True})
         for size in ("small", "large"):
             out.append({"question": f"How many {size} {plural(s)} are there?",
-                            "answer": str(len(_unique(objs, shape=s, size=size))), "issimple": False})
+                        "answer": str(len(_unique(objs, shape=s, size=size))), "issimple": False})
     for c in sorted({o["color"] for o in objs}):
         out.append({"question": f"How many {c} objects are there?", "answer": str(len(_unique(objs, color=c))), "issimple": True})
     for a in objs:
@@ -150,7 +150,7 @@ def ask_tallyqa(scene, rng) -> list[dict]:
             flags = [relation(o, a, rel) for o in objs if o is not a]
             if None not in flags:
                 out.append({"question": f"How many objects are {rel} the {name(a)}?", "answer": str(sum(flags)),
-                                "issimple": False})
+                            "issimple": False})
     return out
 
 
@@ -164,9 +164,9 @@ def ask_vsr(scene, rng) -> list[dict]:
             for rel in RELATIONS:
                 if relation(a, b, rel):  # a true statement, and its opposite as the false one
                     out.append({"question": f"The {name(a)} is {rel} the {name(b)}.", "answer": "yes", "label": 1,
-                                    "relation": rel, "subj": name(a), "obj": name(b)})
+                                "relation": rel, "subj": name(a), "obj": name(b)})
                     out.append({"question": f"The {name(a)} is {OPPOSITE[rel]} the {name(b)}.", "answer": "no", "label": 0,
-                                    "relation": OPPOSITE[rel], "subj": name(a), "obj": name(b)})
+                                "relation": OPPOSITE[rel], "subj": name(a), "obj": name(b)})
     return out
 
 
