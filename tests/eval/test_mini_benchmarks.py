@@ -234,3 +234,21 @@ def test_the_runner_resolves_its_root_from_the_generator_lazily(world, tmp_path)
     cfg.benchmark.generator = None
     with pytest.raises(FileNotFoundError, match="needs benchmark.root=PATH"):
         instantiate(cfg.benchmark, _recursive_=False).path("annotations")
+
+
+def test_a_tiny_run_trained_on_the_world_evaluates_on_its_benchmarks(world, tmp_path):
+    """The real path: `train.py data=mini_world` (2 steps) then `evaluate.py benchmark=mini_*` with the real model."""
+    from core.run import train
+
+    cache, _ = world
+    data = [f"++data.generator.{k}={v}" for k, v in SMALL_WORLD.items()]
+    train(compose_cfg("logger=csv", "trainer.progress_bar=false", "data=mini_world", f"cache_dir={cache}", *data,
+                      "~stage.phases.scratch_captions", "stage.phases.scratch.global_batch_size=4",
+                      f"run.root={tmp_path}", "trainer.max_steps=2", "run.name=tiny"))
+    bench = [f"++benchmark.generator.{k}={v}" for k, v in SMALL_WORLD.items()]
+    for family in ("refcoco", "vsr", "textvqa"):
+        metrics = evaluate(compose_cfg(f"run={tmp_path / 'tiny'}", f"benchmark=mini_{family}", f"cache_dir={cache}",
+                                       *bench, "limit=4", "batch_size=4", config="eval"))
+        assert metrics["n"] == 4 and metrics["missing"] == 0 and 0.0 <= metrics["accuracy"] <= 100.0
+        results = json.loads((tmp_path / "tiny/results.json").read_text())
+        assert results["benchmarks"][f"mini_{family}"]["accuracy"] == metrics["accuracy"]
