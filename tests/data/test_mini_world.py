@@ -191,3 +191,28 @@ def test_the_data_config_reads_the_world_as_llava_splits(world, tmp_path):
         [src] = source.splits[split]
         records, skipped = load_llava(src.json, src.image_root)
         assert len(records) == 60 and not skipped and sum("image" in r for r in records) == n_images
+
+
+def test_the_counted_crop_window_is_what_timms_resize_crop_keeps():
+    """timm's own eval transform (64 px, crop_pct 0.9) on a rendered scene: an object outside the counted window
+    is gone, one inside it is kept, and letterboxing would have kept both."""
+    import torch
+    from timm.data import create_transform
+
+    from data.mini_world_scenes import render
+
+    def square(color, x):
+        return {"color": color, "shape": "square", "size": "small", "bbox": [x, 28, 9, 9], "label": None}
+
+    scene = {"width": 96, "height": 64, "sign": None,
+             "objects": [square("red", 8), square("blue", 44), square("yellow", 79)]}  # centres 12.5, 48.5, 83.5
+    pixels = create_transform(input_size=(3, 64, 64), crop_pct=0.9, interpolation="bicubic")(render(scene))
+    rgb = (pixels * torch.tensor([0.229, 0.224, 0.225])[:, None, None] + torch.tensor([0.485, 0.456, 0.406])[:, None, None])
+    rgb = (rgb.clamp(0, 1) * 255).permute(1, 2, 0).reshape(-1, 3)
+
+    def seen(color):
+        return int(((rgb - torch.tensor(COLORS[color], dtype=torch.float)).abs().max(-1).values < 40).sum())
+
+    assert seen("blue") > 40 and seen("red") == 0 and seen("yellow") == 0
+    from data.mini_world_scenes import crop_loss, crop_window
+    assert crop_loss(scene, crop_window(96, 64, 64, 0.9)) == (2, 2)
