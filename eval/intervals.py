@@ -61,11 +61,6 @@ def benchmark_item_scores(benchmark_cfg: Mapping, run_dir: Path, limit: int | No
 # ----------------------------------------------------------------------------------------- bootstrap
 def _table(per_seed: list[Mapping[str, Any]], ids: list[str]) -> dict[str, np.ndarray]:
     """Arrays (seeds x items) of the items `ids` of every seed: `score`, or POPE's `pred`/`label`/`group`."""
-    for k, items in enumerate(per_seed):
-        absent = [i for i in ids if i not in items]
-        if absent:
-            raise ValueError(f"seed #{k} has no score for items {absent[:3]} (of {len(absent)}): every seed must be "
-                             "evaluated on the same benchmark items (no eval.limit differences)")
     first = per_seed[0][ids[0]]
     if isinstance(first, Mapping):  # POPE outcomes
         splits = sorted({str(per_seed[0][i]["split"]) for i in ids})
@@ -106,9 +101,14 @@ def _draws(rng: np.random.Generator, n: int, seeds: int, group: np.ndarray) -> t
 
 
 def _common_ids(*per_seeds: list[Mapping[str, Any]]) -> list[str]:
-    ids = sorted(set.intersection(*(set(s) for ps in per_seeds for s in ps)))
-    if not ids:
-        raise ValueError("no item is scored in every seed: nothing to bootstrap")
+    """The item ids every seed scores; a clear error unless every seed (and cell) scores the same items."""
+    sets = [set(s) for ps in per_seeds for s in ps]
+    ids = sorted(set.union(*sets))
+    differ = [k for k, s in enumerate(sets) if len(s) != len(ids)]
+    if differ or not ids:
+        raise ValueError(f"seed #{differ[0] if differ else 0} scores {len(sets[differ[0]]) if differ else 0} of the "
+                         f"{len(ids)} items: every seed must be evaluated on the same benchmark items (same world, "
+                         "same eval.limit)")
     return ids
 
 
