@@ -16,6 +16,8 @@ Where things go, under OUT (default `reproduction/<study>/`, `--out` for trials 
   metric the run reported), `items` (per benchmark, every item's score from the scorer's `score_*_items`),
   `main_metric` per benchmark, `train_flops` (the core's FLOP counter, see conf/experiment/<study>/_base.yaml),
   `wall_time_s`, `run_dir` and the `overrides` it ran with. A cell/seed whose result file exists is not rerun;
+- `logs/<cell>-seed<S>.log` (git-ignored) and `last_run.json` (the latest whole-study invocation: wall time, jobs,
+  the cell runs it trained and those that failed);
 - `results.csv` (`cell,seed,benchmark,metric,value`), `summary.csv` and `summary.md` (per cell x benchmark:
   the main metric's mean over seeds, its two-level bootstrap 95% interval, the paired difference from the base
   cell with its interval, and the training FLOPs), written after every full run and by `--report`, which also
@@ -181,7 +183,12 @@ def run_study(args, out: Path) -> int:
     start = time.time()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         codes = list(pool.map(one, todo))
-    print(f"study wall time {time.time() - start:.0f} s", flush=True)
+    wall = time.time() - start
+    print(f"study wall time {wall:.0f} s", flush=True)
+    write_json(out / "last_run.json", {"wall_time_s": round(wall, 1), "jobs": args.jobs, "seeds": args.seeds,
+                                        "ran": [f"{c}-seed{s}" for c, s in todo],
+                                        "failed": [f"{c}-seed{s}" for (c, s), code in zip(todo, codes) if code],
+                                        "overrides": args.overrides})
     from scripts.reproduce_report import write_summary
 
     results = finished(out, cells, args.seeds)
