@@ -84,7 +84,7 @@ def _metric(table: dict[str, np.ndarray], seeds: np.ndarray, items: np.ndarray, 
         tp, fp = (pred & label & m).sum(-1), (pred & ~label & m).sum(-1)
         fn, tn = (~pred & label & m).sum(-1), (~pred & ~label & m).sum(-1)
         n = np.maximum(m.sum(-1), 1)
-        ratio = lambda a, b: np.divide(a, b, out=np.zeros(np.broadcast(a, b).shape), where=b > 0)  # noqa: E731
+        ratio = lambda a, b: np.divide(a, b, out=np.zeros(np.broadcast(a, b).shape), where=b > 0)
         values.append({"accuracy": (tp + tn) / n, "precision": ratio(tp, tp + fp), "recall": ratio(tp, tp + fn),
                        "f1": ratio(2 * tp, 2 * tp + fp + fn), "yes_ratio": (tp + fp) / n}[metric])
     return 100.0 * np.mean(values, axis=0)

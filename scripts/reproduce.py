@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from data.atomic import atomic_file, read_json, write_json  # noqa: E402
+from data.atomic import atomic_file, read_json, write_json
 
 STUDIES = ("prismatic_mini",)
 COUNTS = {"n", "missing", "empty", "unparsed"}  # metrics that are counts, not percentages (left out of results)
@@ -104,7 +104,8 @@ def run_cell(study: str, cell: str, seed: int, out: Path, extra: list[str]) -> d
     run_dir = run_dir_of(cfg).resolve()
     print(f"$ python train.py {' '.join(overrides)}", flush=True)
     start = time.time()
-    done = subprocess.run([sys.executable, str(ROOT / "train.py"), *overrides], cwd=ROOT, env={**os.environ, **ONE_THREAD})
+    done = subprocess.run([sys.executable, str(ROOT / "train.py"), *overrides], check=False, cwd=ROOT,
+                          env={**os.environ, **ONE_THREAD})
     wall = time.time() - start
     if done.returncode != 0:
         raise SystemExit(f"error: cell {cell} seed {seed}: train.py exited with status {done.returncode} (run {run_dir})")
@@ -176,7 +177,8 @@ def run_study(args, out: Path) -> int:
         command = [sys.executable, str(Path(__file__).resolve()), args.study, "--cell", cell, "--seed", str(seed),
                    "--out", str(out), "--", *args.overrides]
         with open(log, "w") as f:
-            code = subprocess.run(command, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, **ONE_THREAD}).returncode
+            code = subprocess.run(command, check=False, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                                  env={**os.environ, **ONE_THREAD}).returncode
         print(f"{cell} seed {seed}: {'done' if code == 0 else f'FAILED (status {code}), see {log}'}", flush=True)
         return code
 

@@ -115,8 +115,8 @@ def write_report(out: Path, results: list[dict], figures: Path) -> None:
     benches = sorted({r["benchmark"] for r in rows})
     metric = {r["benchmark"]: r["metric"] for r in rows}
     figures.mkdir(parents=True, exist_ok=True)
-    text = ["# Study tables: per axis, each cell's main metric (mean over seeds [95% interval]) and its paired "
-            "difference from the base cell [95% interval]", ""]
+    text = [("# Study tables: per axis, each cell's main metric (mean over seeds [95% interval]) and its paired "
+             "difference from the base cell [95% interval]"), ""]
     for key, (title, cells) in AXES.items():
         present = [(c, label) for c, label in cells if any((c, b) in table for b in benches)]
         if not any(c != "base" for c, _ in present):  # an axis none of whose variants has run yet
