@@ -149,13 +149,18 @@ def no_split(split: str | None, name: str) -> None:
 
 
 class Tally:
-    """Accumulates per-question scores overall and per named group (e.g. answer type)."""
+    """Accumulates per-question scores overall and per named group (e.g. answer type), and each question's own
+    score by id (`items`: what the scorers' `*_items` functions return for bootstrap intervals)."""
 
     def __init__(self) -> None:
         self.total, self.n, self.missing, self.empty = 0.0, 0, 0, 0
         self.groups: dict[str, dict[str, list[float]]] = {}
+        self.items: dict[str, float] = {}
 
-    def add(self, score: float, *, missing: bool = False, empty: bool = False, **groups: Any) -> None:
+    def add(self, score: float, *, item: str | None = None, missing: bool = False, empty: bool = False,
+            **groups: Any) -> None:
+        if item is not None:
+            self.items[str(item)] = float(score)
         self.total += score
         self.n += 1
         self.missing += int(missing)

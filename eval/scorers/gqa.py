@@ -22,6 +22,11 @@ def normalize(text: str) -> str:
 
 
 def score_gqa(predictions, annotations, questions=None, split=None) -> dict[str, Any]:
+    return score_gqa_items(predictions, annotations, questions, split)[0]
+
+
+def score_gqa_items(predictions, annotations, questions=None, split=None) -> tuple[dict[str, Any], dict[str, float]]:
+    """``score_gqa``'s metrics and each question's score (1 correct, 0 not) by question id."""
     no_split(split, "gqa")
     data = read_json(annotations, "annotations file")
     require(isinstance(data, dict), annotations,
@@ -35,6 +40,6 @@ def score_gqa(predictions, annotations, questions=None, split=None) -> dict[str,
         answer, missing, empty = lookup(preds, str(qid))
         correct = not (missing or empty) and normalize(as_text(answer)) == normalize(str(q["answer"]))
         types = q.get("types") or {}
-        tally.add(float(correct), missing=missing, empty=empty,
+        tally.add(float(correct), item=str(qid), missing=missing, empty=empty,
                   structural=types.get("structural"), semantic=types.get("semantic"))
-    return tally.metrics("structural", "semantic")
+    return tally.metrics("structural", "semantic"), tally.items

@@ -58,6 +58,12 @@ def _put(out, key, rec, path, i) -> None:
 
 
 def score_pope(predictions, annotations, questions=None, split=None) -> dict[str, Any]:
+    return score_pope_items(predictions, annotations, questions, split)[0]
+
+
+def score_pope_items(predictions, annotations, questions=None, split=None) -> tuple[dict[str, Any], dict[str, dict]]:
+    """``score_pope``'s metrics and each question's outcome by "split/question_id": {"split", "pred", "label"}
+    (the mapped yes/no answer, a missing or empty one counted wrong, and the label), from which F1 is recomputed."""
     if questions is not None:
         raise ScoringError("pope: the label files already hold the questions. Fix: drop --questions.")
     labels = all_labels = _load_annotations(annotations)
@@ -88,6 +94,7 @@ def score_pope(predictions, annotations, questions=None, split=None) -> dict[str
                                "Fix: keep exactly one prediction per question.")
         answers[key] = ans
     per_split: dict[str, dict[str, Any]] = {}
+    items: dict[str, dict] = {}
     for s in sorted({k[0] for k in labels}, key=lambda x: (SPLITS.index(x) if x in SPLITS else 99, x)):
         tp = fp = tn = fn = missing = empty = n = 0
         for (ls, qid), label in labels.items():
@@ -102,6 +109,7 @@ def score_pope(predictions, annotations, questions=None, split=None) -> dict[str
                 pred = "no" if label == "yes" else "yes"
             else:
                 pred = to_yes_no(as_text(answers[(s, qid)]))
+            items[f"{s}/{qid}"] = {"split": s, "pred": pred, "label": label}
             tp += pred == "yes" and label == "yes"
             fp += pred == "yes" and label == "no"
             tn += pred == "no" and label == "no"
@@ -122,4 +130,4 @@ def score_pope(predictions, annotations, questions=None, split=None) -> dict[str
     metrics["missing"] = sum(m["missing"] for m in per_split.values())
     metrics["empty"] = sum(m["empty"] for m in per_split.values())
     metrics["per_split"] = per_split
-    return metrics
+    return metrics, items

@@ -65,6 +65,11 @@ def load_refs(path) -> list:
 
 
 def score_refcoco(predictions, annotations, questions=None, split=None) -> dict[str, Any]:
+    return score_refcoco_items(predictions, annotations, questions, split)[0]
+
+
+def score_refcoco_items(predictions, annotations, questions=None, split=None) -> tuple[dict[str, Any], dict[str, float]]:
+    """``score_refcoco``'s metrics and each scored sentence's score (1: IoU >= 0.5, 0 not) by sentence id."""
     refs = load_refs(annotations)
     require(isinstance(refs, list), annotations, "expected a list of refs (REFER format).")
     boxes, sizes = {}, {}
@@ -107,8 +112,8 @@ def score_refcoco(predictions, annotations, questions=None, split=None) -> dict[
             w, h = it["size"]
             box = [box[0] * w, box[1] * h, box[2] * w, box[3] * h]
         unparsed += int(not (missing or empty) and box is None)
-        tally.add(float(box is not None and iou(box, it["box"]) >= 0.5), missing=missing, empty=empty, split=it["split"])
+        tally.add(float(box is not None and iou(box, it["box"]) >= 0.5), item=it["id"], missing=missing, empty=empty, split=it["split"])
     metrics = tally.metrics()
     metrics["unparsed"] = unparsed
     metrics["per_split"] = tally.group("split")
-    return metrics
+    return metrics, tally.items

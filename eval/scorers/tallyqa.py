@@ -37,6 +37,11 @@ def parse_count(answer: Any) -> int | None:
 
 
 def score_tallyqa(predictions, annotations, questions=None, split=None) -> dict[str, Any]:
+    return score_tallyqa_items(predictions, annotations, questions, split)[0]
+
+
+def score_tallyqa_items(predictions, annotations, questions=None, split=None) -> tuple[dict[str, Any], dict[str, float]]:
+    """``score_tallyqa``'s metrics and each question's score (1 correct, 0 not) by question id."""
     no_split(split, "tallyqa")
     data = read_json(annotations, "annotations file")
     require(isinstance(data, list), annotations, "expected a JSON list of questions. Fix: pass TallyQA test.json.")
@@ -48,10 +53,10 @@ def score_tallyqa(predictions, annotations, questions=None, split=None) -> dict[
         count = None if (missing or empty) else parse_count(answer)
         unparsed += int(not (missing or empty) and count is None)
         kind = None if "issimple" not in q else ("simple" if q["issimple"] else "complex")
-        tally.add(float(count is not None and count == int(q["answer"])), missing=missing, empty=empty, kind=kind)
+        tally.add(float(count is not None and count == int(q["answer"])), item=str(q["question_id"]), missing=missing, empty=empty, kind=kind)
     metrics = tally.metrics()
     kinds = tally.group("kind")
     metrics["accuracy_simple"] = kinds.get("simple", 0.0)
     metrics["accuracy_complex"] = kinds.get("complex", 0.0)
     metrics["unparsed"] = unparsed
-    return metrics
+    return metrics, tally.items

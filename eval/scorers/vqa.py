@@ -103,15 +103,20 @@ def vqa_accuracy(prediction: str, gt_answers: list[str]) -> float:
 def score_items(items: Iterable[dict], preds: dict, pred_path, ann_path, known=None) -> dict[str, Any]:
     """Score ``items`` ({"id", "answers", "answer_type"?, "question_type"?}) against indexed predictions;
     predictions must be for ``known`` ids (default: the items' ids)."""
+    return tally_items(items, preds, pred_path, ann_path, known).metrics("answer_type", "question_type")
+
+
+def tally_items(items: Iterable[dict], preds: dict, pred_path, ann_path, known=None) -> Tally:
+    """The tally of ``score_items``: every question's VQA accuracy, overall, per type and by id (``.items``)."""
     items = list(items)
     check_known(preds, known if known is not None else (it["id"] for it in items), pred_path, ann_path)
     tally = Tally()
     for it in items:
         answer, missing, empty = lookup(preds, it["id"])
         acc = 0.0 if (missing or empty) else vqa_accuracy(as_text(answer), it["answers"])
-        tally.add(acc, missing=missing, empty=empty,
+        tally.add(acc, item=it["id"], missing=missing, empty=empty,
                   answer_type=it.get("answer_type"), question_type=it.get("question_type"))
-    return tally.metrics("answer_type", "question_type")
+    return tally
 
 
 def _answers(ann: dict, path, qid) -> list[str]:
@@ -128,6 +133,11 @@ def score_vqav2(predictions, annotations, questions=None, split=None) -> dict[st
     With ``questions``, exactly the questions listed there are scored (each must be annotated;
     predictions for other annotated questions are ignored); without it, every annotated question is scored.
     """
+    return score_vqav2_items(predictions, annotations, questions, split)[0]
+
+
+def score_vqav2_items(predictions, annotations, questions=None, split=None) -> tuple[dict[str, Any], dict[str, float]]:
+    """``score_vqav2``'s metrics and each question's VQA accuracy in [0, 1] by question id."""
     no_split(split, "vqav2")
     data = read_json(annotations, "annotations file")
     require(isinstance(data, dict) and isinstance(data.get("annotations"), list), annotations,
@@ -149,12 +159,17 @@ def score_vqav2(predictions, annotations, questions=None, split=None) -> dict[st
     items = [{"id": qid, "answers": _answers(anns[qid], annotations, qid),
               "answer_type": anns[qid].get("answer_type"), "question_type": anns[qid].get("question_type")}
              for qid in ids]
-    preds = load_predictions(predictions)
-    return score_items(items, preds, predictions, annotations, known=anns)
+    tally = tally_items(items, load_predictions(predictions), predictions, annotations, known=anns)
+    return tally.metrics("answer_type", "question_type"), tally.items
 
 
 def score_textvqa(predictions, annotations, questions=None, split=None) -> dict[str, Any]:
     """TextVQA: ``TextVQA_0.5.1_val.json`` ({"data": [{"question_id", "answers": [10 strings]}]})."""
+    return score_textvqa_items(predictions, annotations, questions, split)[0]
+
+
+def score_textvqa_items(predictions, annotations, questions=None, split=None) -> tuple[dict[str, Any], dict[str, float]]:
+    """``score_textvqa``'s metrics and each question's VQA accuracy in [0, 1] by question id."""
     no_split(split, "textvqa")
     if questions is not None:
         raise ScoringError("textvqa: the annotations file already holds the questions. Fix: drop --questions.")
@@ -162,7 +177,8 @@ def score_textvqa(predictions, annotations, questions=None, split=None) -> dict[
     require(isinstance(data, dict) and isinstance(data.get("data"), list), annotations,
             "expected {'data': [...]} (TextVQA format). Fix: pass TextVQA_0.5.1_val.json.")
     items = [{"id": str(d["question_id"]), "answers": _answers(d, annotations, d["question_id"])} for d in data["data"]]
-    return score_items(items, load_predictions(predictions), predictions, annotations)
+    tally = tally_items(items, load_predictions(predictions), predictions, annotations)
+    return tally.metrics("answer_type", "question_type"), tally.items
 
 
 def score_vizwiz(predictions, annotations, questions=None, split=None) -> dict[str, Any]:

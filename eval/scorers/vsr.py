@@ -30,6 +30,11 @@ def parse_bool(answer: Any) -> bool | None:
 
 
 def score_vsr(predictions, annotations, questions=None, split=None) -> dict[str, Any]:
+    return score_vsr_items(predictions, annotations, questions, split)[0]
+
+
+def score_vsr_items(predictions, annotations, questions=None, split=None) -> tuple[dict[str, Any], dict[str, float]]:
+    """``score_vsr``'s metrics and each statement's score (1 correct, 0 not) by id."""
     no_split(split, "vsr")
     path = Path(annotations)
     data = read_list_or_lines(path, "annotations file")
@@ -42,9 +47,9 @@ def score_vsr(predictions, annotations, questions=None, split=None) -> dict[str,
         answer, missing, empty = lookup(preds, key)
         value = None if (missing or empty) else parse_bool(answer)
         unparsed += int(not (missing or empty) and value is None)
-        tally.add(float(value is not None and value == bool(int(d["label"]))), missing=missing, empty=empty,
+        tally.add(float(value is not None and value == bool(int(d["label"]))), item=key, missing=missing, empty=empty,
                   relation=d.get("relation"))
     metrics = tally.metrics()
     metrics["unparsed"] = unparsed
     metrics["per_relation"] = tally.group("relation")
-    return metrics
+    return metrics, tally.items
