@@ -48,6 +48,7 @@ from core.checkpoint import peek, remove_stray_tmp, resume_checkpoint
 from core.interfaces import Task
 from core.loggers import build_loggers, log_artifacts
 from core.strategies import fsdp_wrapped, save_weights
+from core.throughput import ThroughputMonitor
 from core.trainer import build_trainer, world_size
 
 console = Console()
@@ -223,6 +224,8 @@ def train(cfg: DictConfig) -> dict:
         step_offset += steps
         results[f"{phase.name}/train_loss"] = float(trainer.callback_metrics.get("train/loss", float("nan")))
         results.update({f"{phase.name}/{k}": v for k, v in datamodule.report().items()})
+        for monitor in (c for c in trainer.callbacks if isinstance(c, ThroughputMonitor)):
+            results[f"{phase.name}/train_flops"] = monitor.total_flops  # the core's counter, all ranks
         for logger in loggers:
             logger.finalize("success")
     if main:

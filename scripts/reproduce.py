@@ -14,7 +14,7 @@ Where things go, under OUT (default `reproduction/<study>/`, `--out` for trials 
   cell config trains a new run and an unchanged one resumes or reuses its run);
 - `cells/<cell>-seed<S>.json`: the cell's result: `metrics` (`benchmark/metric` -> value in percent, every
   metric the run reported), `items` (per benchmark, every item's score from the scorer's `score_*_items`),
-  `main_metric` per benchmark, `train_flops` (the core's FLOP counter, see conf/experiment/<study>/_base.yaml),
+  `main_metric` per benchmark, `train_flops` (the core's FLOP counter: results.json `train.<phase>/train_flops`),
   `wall_time_s`, `run_dir` and the `overrides` it ran with. A cell/seed whose result file exists is not rerun;
 - `logs/<cell>-seed<S>.log` (git-ignored) and `last_run.json` (the latest whole-study invocation: wall time, jobs,
   the cell runs it trained and those that failed);
@@ -72,16 +72,10 @@ def compose_train(overrides: list[str]):
         return compose(config_name="train", overrides=overrides)
 
 
-def train_flops(run_dir: Path) -> float | None:
-    """Training FLOPs from the run's metrics.csv: sum of perf/mfu x perf/step_time over the logged steps, which is
-    the core's FLOP count when the run logs every step with trainer.peak_flops=1 (the study's cells do); None
-    otherwise."""
-    path = run_dir / "metrics.csv"
-    if not path.is_file():
-        return None
-    with open(path, newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r.get("perf/mfu") not in (None, "") and r.get("perf/step_time")]
-    return float(f"{sum(float(r['perf/mfu']) * float(r['perf/step_time']) for r in rows):.4g}") if rows else None
+def train_flops(results: dict) -> float | None:
+    """Training FLOPs of every phase, from the core's counter (results.json `train.<phase>/train_flops`)."""
+    flops = [v for k, v in results.get("train", {}).items() if k.endswith("/train_flops")]
+    return float(f"{sum(flops):.4g}") if flops else None
 
 
 def flat_metrics(benchmarks: dict) -> dict[str, float]:
@@ -116,7 +110,7 @@ def run_cell(study: str, cell: str, seed: int, out: Path, extra: list[str]) -> d
                          f"{[b for b, m in benchmarks.items() if m is None] or 'eval.benchmarks (empty)'}")
     items, main = item_scores(cfg, run_dir, benchmarks)
     result = {"cell": cell, "seed": seed, "metrics": flat_metrics(benchmarks), "main_metric": main,
-              "train_flops": train_flops(run_dir), "wall_time_s": round(wall, 1),
+              "train_flops": train_flops(results), "wall_time_s": round(wall, 1),
               "run_dir": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir), "overrides": extra, "items": items}
     write_json(path, result)
     return result

@@ -77,6 +77,23 @@ def test_callback_logs_tokens_and_mfu_consistently(tmp_path):
         assert 0.0 <= float(r["perf/data_wait"]) < 1.0
 
 
+
+def test_callback_totals_the_phase_and_restores_them_from_a_checkpoint(tmp_path):
+    phase = {"name": "p", "trainable": ["net"], "optim": {"lr": 0.01}}
+    monitor = ThroughputMonitor()
+    trainer = L.Trainer(accelerator="cpu", max_steps=6, accumulate_grad_batches=2, logger=False, callbacks=[monitor],
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Toy(nn.Linear(4, 2), phase, total_steps=6), datamodule=ToyData())
+    # 6 steps x 2 micro-batches x 4 rows; 3 non-padding tokens a row at 1e6 FLOPs each
+    assert (monitor.total_samples, monitor.total_flops) == (48, 48 * 3 * 1e6)
+    trainer.save_checkpoint(tmp_path / "c.ckpt")
+    restored = ThroughputMonitor()
+    resumed = L.Trainer(accelerator="cpu", max_steps=8, accumulate_grad_batches=2, logger=False, callbacks=[restored],
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    resumed.fit(Toy(nn.Linear(4, 2), phase, total_steps=8), datamodule=ToyData(), ckpt_path=tmp_path / "c.ckpt",
+                weights_only=False)
+    assert (restored.total_samples, restored.total_flops) == (64, 64 * 3 * 1e6)  # 6 restored steps + 2 new ones
+
 class FakeClock:
     """`time` for core.throughput: micro-batch i takes 2**i seconds, so a window's step time tells which
     micro-batches it covered."""
