@@ -23,6 +23,7 @@ from pathlib import Path
 if "PYTEST_XDIST_WORKER" in os.environ or "REFRACT_CACHE" not in os.environ:  # one cache per pytest-xdist worker
     os.environ["REFRACT_CACHE"] = tempfile.mkdtemp(prefix="refract-test-cache-")
 os.environ["HF_HUB_OFFLINE"] = "1"  # tests never reach a hub
+os.environ["REFRACT_TINY_SMOKE"] = "1"  # pretrained tiny flavours: a few steps on a small world, cached apart (vlm/tiny/pretrained.py)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402

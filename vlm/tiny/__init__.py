@@ -15,6 +15,7 @@ trained on the shared corpus (vlm/tiny/corpus.py).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -36,7 +37,8 @@ def ensure_tiny(name: str, root: Path | None = None) -> Path:
     """Folder of the tiny checkpoint `name`, written (atomically) on first use. Writing seeds its own RNG
     inside `torch.random.fork_rng`: whether the cache existed never changes the caller's random state."""
     writer = group_option("tiny", name)  # ValueError naming the choices for an unknown flavour
-    out = (root or cache_root()) / "tiny" / f"{name}-v{VERSION}"
+    smoke = "-smoke" if "smoke_overrides" in writer and os.environ.get("REFRACT_TINY_SMOKE") == "1" else ""  # pretrained.py
+    out = (root or cache_root()) / "tiny" / f"{name}-v{VERSION}{smoke}"
     if not (out / "done.json").exists():
         with atomic_directory(out) as tmp, torch.random.fork_rng(devices=[]):
             instantiate(writer, out=tmp)

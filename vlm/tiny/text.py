@@ -129,15 +129,21 @@ def _padded(n: int, multiple: int = 64) -> int:
     return -(-n // multiple) * multiple
 
 
-def write_tiny_llama(out: Path) -> None:
+def llama_tokenizer(texts, vocab_size: int = LLAMA_VOCAB) -> PreTrainedTokenizerFast:
+    """tiny_llama's tokenizer trained on `texts`: byte-level BPE, `<s>`/`</s>`, the `[INST]` chat template, no pad."""
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=LLAMA_VOCAB, special_tokens=["<unk>", "<s>", "</s>"],
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(corpus(), trainer=trainer)
+    tok.train_from_iterator(texts, trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
     fast.chat_template = LLAMA_TEMPLATE  # no pad token on purpose: like Llama-2, the backbone adds one
+    return fast
+
+
+def write_tiny_llama(out: Path) -> None:
+    fast = llama_tokenizer(corpus())
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(fast), bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, **LLAMA_ARGS)
     LlamaForCausalLM(config).save_pretrained(out)

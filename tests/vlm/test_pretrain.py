@@ -1,0 +1,170 @@
+"""The pretraining tasks (vlm/pretrain/), their quality benchmarks and the pretrained tiny flavours (vlm/tiny/pretrained.py).
+
+The world is the small fixture of tests/vlm/pretrain_world.py (the contract layout of data/mini_world.py),
+selected by `world=` overrides; flavours are written in smoke mode (REFRACT_TINY_SMOKE=1, tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_model
+from torch.utils.data import default_collate
+
+from core.run import train
+from tests.conftest import BASE, compose_cfg, composed
+from vlm.pretrain.encoder_task import EncoderPretrainTask
+from vlm.pretrain.lm_task import LMPretrainTask, build_lm
+from vlm.pretrain.quality import perplexity, probe_scores, retrieval_r1
+
+WORLD = ["world._target_=tests.vlm.pretrain_world.ensure", "world.n_train=40", "world.n_test=12"]
+
+
+def small_run(tmp_path, *overrides):
+    """core.run.train of a few steps on the fixture world; returns (config, run directory)."""
+    cfg = compose_cfg(*BASE, *WORLD, f"run.root={tmp_path / 'runs'}", "run.name=run", "trainer.max_steps=3",
+                      "stage.phases.pretrain.global_batch_size=8", *overrides)
+    train(cfg)
+    return cfg, tmp_path / "runs" / "run"
+
+
+def first_batch(task, cfg, model):
+    dm = task.build_datamodule(cfg, cfg.stage.phases.pretrain, model, None, micro_batch_size=8, seed=0)
+    dm.setup("fit")
+    return (dm.collate_fn or default_collate)([dm.train_dataset[i] for i in range(8)])
+
+
+def loss_drops(model, batch, steps: int = 8) -> tuple[float, float]:
+    """(loss before, loss after `steps` AdamW steps on `batch`), each computed with the same random state."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def loss():
+        torch.manual_seed(0)  # MAE: the same mask each time
+        return model.loss(batch)
+
+    before = float(loss().detach())
+    for _ in range(steps):
+        opt.zero_grad()
+        loss().backward()
+        opt.step()
+    return before, float(loss().detach())
+
+
+@pytest.mark.parametrize("objective", ["clip", "siglip", "supervised", "mae"])
+def test_encoder_objective_trains_and_exports(tmp_path, objective):
+    from vlm.encoders import TimmEncoder
+
+    cfg, run_dir = small_run(tmp_path, "task=encoder_pretrain", f"encoder_pretrain.objective={objective}",
+                             "encoder_pretrain.holdout=8")
+    task = EncoderPretrainTask()
+    trained = task.build_model(cfg, run_dir)
+    load_model(trained, str(run_dir / "model.safetensors"))  # the trained module's weights: the reference
+    encoder = TimmEncoder(model_id=f"local-dir:{run_dir / 'export'}", feature_layer=-2).eval()
+    pixels = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        (expected,) = trained.eval().tower.forward_intermediates(pixels, indices=[2], norm=False, output_fmt="NLC",
+                                                                 intermediates_only=True)
+        assert torch.allclose(encoder(pixels), expected, atol=1e-5)
+
+    torch.manual_seed(0)
+    fresh = task.build_model(cfg, run_dir)
+    before, after = loss_drops(fresh, first_batch(task, cfg, fresh))
+    assert np.isfinite(before) and after < before
+
+
+def test_lm_pretrain_base_and_instruct(tmp_path):
+    from vlm.backbones import HFBackbone
+
+    cfg, run_dir = small_run(tmp_path / "base", "task=lm_pretrain", "lm_pretrain.block_size=32", "lm_pretrain.holdout=8")
+    trained = build_lm(cfg)
+    load_model(trained, str(run_dir / "model.safetensors"))
+    backbone = HFBackbone(model_id=str(run_dir / "export"))  # the backbone loader, as for a hub model
+    ids = torch.tensor([trained.tokenizer("a small red circle")["input_ids"]])
+    with torch.no_grad():
+        expected = trained.lm.eval()(input_ids=ids).logits
+        got = backbone.model.eval()(input_ids=ids).logits[..., : expected.shape[-1]]
+    assert torch.allclose(got, expected, atol=1e-5)
+
+    torch.manual_seed(0)
+    fresh = build_lm(cfg)
+    task = LMPretrainTask()
+    before, after = loss_drops(fresh, first_batch(task, cfg, fresh))
+    assert np.isfinite(before) and after < before
+
+    # instruct: starts from the base export, trains on the dialogues' answers only
+    icfg = compose_cfg(*BASE, *WORLD, "task=lm_pretrain", "lm_pretrain.data=dialogues", "lm_pretrain.holdout=8",
+                       f"lm_pretrain.init={run_dir / 'export'}")
+    instruct = build_lm(icfg)
+    assert torch.equal(instruct.lm.model.embed_tokens.weight, trained.lm.model.embed_tokens.weight)
+    batch = first_batch(task, icfg, instruct)
+    answers = batch["labels"] != -100
+    assert 0 < int(answers.sum()) < int(batch["attention_mask"].sum())  # questions and template are not trained
+    before, after = loss_drops(instruct, batch)
+    assert after < before
+
+
+def test_probe_reads_features_that_encode_the_labels():
+    colours, shapes = ["red", "blue"], ["circle", "square"]
+    rng = np.random.default_rng(0)
+    scenes = [{"objects": [{"color": colours[rng.integers(2)], "shape": shapes[rng.integers(2)], "size": "small",
+                            "label": None} for _ in range(rng.integers(1, 4))]} for _ in range(80)]
+    # hand-made features: the presence of each colour and shape, and the count, one column each
+    feats = np.array([[any(o["color"] == c for o in s["objects"]) for c in colours]
+                      + [any(o["shape"] == h for o in s["objects"]) for h in shapes] + [len(s["objects"])] for s in scenes], float)
+    scores = probe_scores(feats[:60], scenes[:60], feats[60:], scenes[60:])
+    assert scores["attribute_acc"] == 100.0 and scores["count_acc"] == 100.0
+    noise = probe_scores(rng.normal(size=(60, 5)), scenes[:60], rng.normal(size=(20, 5)), scenes[60:])
+    assert noise["attribute_acc"] < 100.0
+
+
+def test_retrieval_counts_identical_captions_as_right():
+    emb = torch.eye(4)
+    captions = ["a", "b", "b", "c"]
+    assert retrieval_r1(emb, emb, captions) == {"retrieval_r1": 100.0, "retrieval_chance": 37.5}  # (1+2+2+1)/4/4
+    # images 1 and 2 retrieve each other's caption (same text "b": right); images 0 and 3 swap "a" and "c" (wrong)
+    text = emb[[3, 2, 1, 0]]
+    assert retrieval_r1(emb, text, captions)["retrieval_r1"] == 50.0
+
+
+def test_perplexity_of_uniform_logits_is_the_vocabulary_size():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2))
+    torch.nn.init.zeros_(model.lm_head.weight)  # every logit 0: uniform next-token distribution
+    samples = [([1, 5, 7, 9, 2], [1, 5, 7, 9, 2]), ([1, 3, 2], [-100, -100, 2])]
+    assert perplexity(model, samples) == pytest.approx(50.0, rel=1e-6)
+
+
+def folder_digest(folder) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_pretrained_flavours_load_like_hub_models_and_rewrite_identically(tmp_path):
+    from vlm.model import build_component
+    from vlm.tiny import ensure_tiny
+
+    first = ensure_tiny("mini_mae", root=tmp_path / "a")
+    second = ensure_tiny("mini_mae", root=tmp_path / "b")
+    assert first.name.endswith("-smoke")  # a real cache never holds smoke weights
+    assert folder_digest(first) == folder_digest(second)
+    assert {"config.json", "model.safetensors", "pretraining.json"} <= set(folder_digest(first))
+    torch.manual_seed(0)
+    node = copy.deepcopy(composed("encoder=mini_mae")["encoder"])
+    encoder = build_component(node)  # through tiny:mini_mae, like a hub id
+    assert encoder.model_id.endswith("mini_mae-v3-smoke") and encoder.grid_size == (8, 8)
+
+    instruct = ensure_tiny("mini_llama_instruct", root=tmp_path / "c")
+    base = ensure_tiny("mini_llama_base")
+    assert (instruct / "tokenizer.json").read_bytes() == (base / "tokenizer.json").read_bytes()
+    backbone = build_component(copy.deepcopy(composed("backbone=mini_llama_instruct")["backbone"]))
+    from transformers import AutoModelForCausalLM
+
+    base_lm = AutoModelForCausalLM.from_pretrained(base)
+    with torch.no_grad():
+        step = (backbone.model.model.layers[0].mlp.up_proj.weight - base_lm.model.layers[0].mlp.up_proj.weight).abs().max()
+    assert 0 < float(step) < 0.01  # a few smoke steps away from the base weights, not a fresh init (std ~0.07)

@@ -1,0 +1,168 @@
+"""`task=lm_pretrain`: the tiny Llama pretrained on the world's text on the shared core.
+
+`python train.py task=lm_pretrain` (base) or `task=lm_pretrain lm_pretrain.data=dialogues lm_pretrain.init=tiny:mini_llama_base` (instruct).
+
+`LMPretrainTask` is what conf/task/lm_pretrain.yaml names. The model (`CausalLM`, one part `lm`) is a
+transformers `LlamaForCausalLM` with tiny_llama's widths (vlm/tiny/text.py `LLAMA_ARGS`, initializer_range
+~1/sqrt(width)) and tiny_llama's tokenizer code (`llama_tokenizer`) trained on the world's `lm_text.txt`,
+or, with `lm_pretrain.init` (a folder or `tiny:NAME`), the model and tokenizer of that checkpoint.
+Data (`lm_pretrain.data`):
+- `text`: next-token training on `lm_text.txt`, each line `<s> line </s>`, packed into blocks of `block_size` tokens;
+- `dialogues`: `text.json`'s dialogues except the last `lm_pretrain.holdout` (held out for perplexity),
+  formatted with `lm_pretrain.prompt_format` (vlm/prompting.py), loss on the answers only.
+When training ends, rank 0 writes `save_pretrained` + the tokenizer files to `RUN_DIR/export/`, which
+vlm/backbones.py (`HFBackbone(model_id=RUN_DIR/export)`) loads like a hub model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+from torch import nn
+from torch.utils.data import Dataset
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from core.data import StreamDataModule
+from core.module import TrainModule
+from data.atomic import atomic_directory
+from vlm.prompting import IGNORE_INDEX, build_prompt_format
+from vlm.pretrain.encoder_task import EXPORT
+from vlm.pretrain.world import dialogues, text_lines, world_folder
+
+
+class CausalLM(nn.Module):
+    """A transformers causal LM with its tokenizer (an attribute, not a module)."""
+
+    def __init__(self, lm: nn.Module, tokenizer):
+        super().__init__()
+        self.lm = lm
+        self.tokenizer = tokenizer
+
+    def loss(self, batch: dict) -> torch.Tensor:
+        return self.lm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"],
+                       use_cache=False).loss
+
+
+def build_lm(cfg: DictConfig) -> CausalLM:
+    """A fresh tiny Llama with a tokenizer trained on the world's text, or the checkpoint `lm_pretrain.init`."""
+    block = cfg.lm_pretrain
+    if block.get("init"):
+        from vlm.hub import resolve_tiny
+
+        source = resolve_tiny(str(block.init), "lm_pretrain.init")
+        return CausalLM(LlamaForCausalLM.from_pretrained(source), AutoTokenizer.from_pretrained(source))
+    from vlm.tiny.text import LLAMA_ARGS, llama_tokenizer
+
+    world = world_folder(cfg)
+    tokenizer = llama_tokenizer(text_lines(world, "lm_text.txt"), vocab_size=int(block.vocab_size))
+    config = LlamaConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, **{**LLAMA_ARGS, **dict(block.get("model") or {})})
+    return CausalLM(LlamaForCausalLM(config), tokenizer)
+
+
+def packed_blocks(lines: list[str], tokenizer, block_size: int) -> torch.Tensor:
+    """Each line as `<s> ids </s>`, concatenated and cut into (n, block_size) blocks (the remainder dropped)."""
+    ids = []
+    for line in lines:
+        ids += [tokenizer.bos_token_id, *tokenizer(line, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
+    n = len(ids) // block_size
+    if n == 0:
+        raise ValueError(f"the world's lm_text.txt gives {len(ids)} tokens, less than one block of "
+                         f"lm_pretrain.block_size={block_size}; lower the block size or generate a larger world")
+    return torch.tensor(ids[: n * block_size]).view(n, block_size)
+
+
+def dialogue_samples(turns_list: list[list[tuple[str, str]]], fmt, max_length: int) -> list[tuple[list[int], list[int]]]:
+    """(input_ids, labels) of each dialogue in `fmt` (labels only on the answers), cut to `max_length`."""
+    return [tuple(x[:max_length] for x in fmt.build(turns)) for turns in turns_list]
+
+
+def heldout_split(items: list, holdout: int, what: str) -> tuple[list, list]:
+    """(trained, held out): the last `holdout` items are held out."""
+    if holdout and len(items) <= holdout:
+        raise ValueError(f"{what} has {len(items)} records, not more than holdout={holdout}")
+    return (items[: len(items) - holdout], items[len(items) - holdout:]) if holdout else (items, [])
+
+
+class TokenSamples(Dataset):
+    def __init__(self, samples: list[tuple[list[int], list[int]]]):
+        self.samples = samples
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int):
+        return self.samples[i]
+
+
+def collate(samples, pad_id: int) -> dict:
+    """Right-padded `input_ids` (pad: `pad_id`), `attention_mask`, `labels` (-100 on padding)."""
+    width = max(len(ids) for ids, _ in samples)
+    input_ids = torch.full((len(samples), width), pad_id)
+    labels = torch.full((len(samples), width), IGNORE_INDEX)
+    mask = torch.zeros((len(samples), width), dtype=torch.long)
+    for i, (ids, lab) in enumerate(samples):
+        input_ids[i, : len(ids)], labels[i, : len(lab)], mask[i, : len(ids)] = torch.tensor(ids), torch.tensor(lab), 1
+    return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+
+
+class LMDataModule(StreamDataModule):
+    def __init__(self, samples: list, pad_id: int, micro_batch_size: int, seed: int):
+        super().__init__(micro_batch_size, seed)
+        self.samples, self.pad_id = samples, pad_id
+        self.num_samples = len(samples)
+
+    def setup(self, stage: str | None = None) -> None:
+        self.train_dataset = TokenSamples(self.samples)
+        self.collate_fn = self._collate
+
+    def _collate(self, samples):
+        return collate(samples, self.pad_id)
+
+    def report(self) -> dict:
+        return {"samples": self.num_samples}
+
+
+class LMPretrainModule(TrainModule):
+    def parts(self):
+        return {"lm": self.model.lm}
+
+    def compute_loss(self, batch):
+        return self.model.loss(batch)
+
+    def on_train_end(self) -> None:
+        if self.trainer.global_rank == 0:
+            with atomic_directory(Path(self.trainer.default_root_dir) / EXPORT) as tmp:
+                self.model.lm.save_pretrained(tmp)
+                self.model.tokenizer.save_pretrained(tmp)
+
+
+class LMPretrainTask:
+    """Language-model pretraining / instruction tuning as a `core.interfaces.Task` (conf/task/lm_pretrain.yaml)."""
+
+    def __init__(self, name: str = "lm_pretrain"):
+        self.name = name
+
+    def build_model(self, cfg: DictConfig, run_dir: Path) -> CausalLM:
+        return build_lm(cfg)
+
+    def build_datamodule(self, cfg: DictConfig, phase: DictConfig, model: CausalLM, run_dir: Path,
+                         micro_batch_size: int, seed: int) -> LMDataModule:
+        block, world, tok = cfg.lm_pretrain, world_folder(cfg), model.tokenizer
+        if block.data == "text":
+            blocks = packed_blocks(text_lines(world, "lm_text.txt"), tok, int(block.block_size))
+            samples = [(ids, ids) for ids in blocks.tolist()]
+        elif block.data == "dialogues":
+            trained, _ = heldout_split(dialogues(world), int(block.holdout), str(world / "text.json"))
+            samples = dialogue_samples(trained, build_prompt_format(str(block.prompt_format), tok), int(block.block_size))
+        else:
+            raise ValueError(f"lm_pretrain.data={block.data!r}: choose text or dialogues")
+        return LMDataModule(samples, tok.eos_token_id, micro_batch_size, seed)
+
+    def build_module(self, cfg: DictConfig, phase: DictConfig, model: CausalLM, total_steps: int) -> LMPretrainModule:
+        return LMPretrainModule(model, phase, total_steps)
+
+    def init_from(self, model: nn.Module, source: Path) -> bool:
+        return False
