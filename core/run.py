@@ -224,7 +224,7 @@ def train(cfg: DictConfig) -> dict:
         step_offset += steps
         results[f"{phase.name}/train_loss"] = float(trainer.callback_metrics.get("train/loss", float("nan")))
         results.update({f"{phase.name}/{k}": v for k, v in datamodule.report().items()})
-        for monitor in (c for c in trainer.callbacks if isinstance(c, ThroughputMonitor)):
+        for monitor in (c for c in trainer.callbacks if isinstance(c, ThroughputMonitor) and c.total_flops is not None):
             results[f"{phase.name}/train_flops"] = monitor.total_flops  # the core's counter, all ranks
         for logger in loggers:
             logger.finalize("success")

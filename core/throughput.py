@@ -9,7 +9,8 @@ i.e. per device; `samples_per_sec` is for all ranks together):
 - `perf/mfu`: model FLOPs (`TrainModule.batch_flops`) per second ÷ the device
   peak (core/flops.py; on CPU only when `trainer.peak_flops` is given).
 
-The phase's totals (`total_flops`: model FLOPs of every rank, `total_samples`) are kept in the
+The phase's totals (`total_flops`: model FLOPs of every rank, None when the module counts none;
+`total_samples`) are kept in the
 checkpoint (`state_dict`), so a resumed phase reports the same totals as an uninterrupted one;
 core.run writes them to results.json (`train.<phase>/train_flops`).
 
@@ -43,13 +44,14 @@ class ThroughputMonitor(L.Callback):
         super().__init__()
         self.peak_override, self.fp8 = peak_flops, fp8
         self.peak: float | None = None
-        self.total_flops, self.total_samples = 0.0, 0
+        self.total_flops: float | None = None
+        self.total_samples = 0
 
     def state_dict(self) -> dict:
         return {"total_flops": self.total_flops, "total_samples": self.total_samples}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.total_flops = float(state_dict.get("total_flops", 0.0))
+        self.total_flops = state_dict.get("total_flops")
         self.total_samples = int(state_dict.get("total_samples", 0))
 
     def on_train_start(self, trainer, pl_module):
@@ -72,7 +74,8 @@ class ThroughputMonitor(L.Callback):
         self._tokens, self._flops = _add(self._tokens, tokens), _add(self._flops, flops)
         self._samples += _batch_size(batch)
         self.total_samples += _batch_size(batch) * trainer.world_size
-        self.total_flops += float(flops or 0.0) * trainer.world_size
+        if flops is not None:
+            self.total_flops = (self.total_flops or 0.0) + float(flops) * trainer.world_size
         self._batch_end = time.perf_counter()
         if trainer.global_step == self._step_before_batch:
             return  # gradient accumulation: the optimizer step is not over yet

@@ -57,7 +57,8 @@ class ContrastiveObjective(nn.Module):
     """CLIP / SigLIP: image tower + tiny open_clip text tower, contrastive loss from open_clip."""
 
     def __init__(self, tower: nn.Module, kind: str, embed_dim: int = 64, context_length: int = 32,
-                 text_width: int = 64, text_heads: int = 2, text_layers: int = 2):
+                 text_width: int = 64, text_heads: int = 2, text_layers: int = 2, init_logit_bias: float = -10.0):
+        """`init_logit_bias` (SigLIP): the initial bias, SigLIP's -10 by default (see conf/task_train/encoder_pretrain.yaml)."""
         from open_clip.loss import ClipLoss, SigLipLoss
         from open_clip.transformer import TextTransformer
 
@@ -76,7 +77,7 @@ class ContrastiveObjective(nn.Module):
             self.criterion = ClipLoss()
         else:
             self.logit_scale = nn.Parameter(torch.tensor(math.log(10.0)))
-            self.logit_bias = nn.Parameter(torch.tensor(-10.0))
+            self.logit_bias = nn.Parameter(torch.tensor(float(init_logit_bias)))
             self.criterion = SigLipLoss()
 
     def encode_image(self, pixel_values: torch.Tensor) -> torch.Tensor:
