@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from core.report import benchmark_chart, loss_chart, loss_curve, main_metric, main_metrics
 from data.atomic import read_json, write_json
@@ -28,6 +28,8 @@ class SweepSummary(Callback):
     ends, the launching process reads them back and writes and prints the summary."""
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        if OmegaConf.select(config, "hydra.job.num", default=None) is None:
+            return  # a single run (not -m): no sweep to summarise
         job = {"number": int(config.hydra.job.num), "overrides": list(job_return.overrides or []), "run_dir": None,
                "error": ""}
         try:

@@ -64,3 +64,12 @@ def test_a_bad_eval_block_is_named_before_training(block, message):
 def test_a_good_eval_block_passes():
     check_eval_settings(OmegaConf.merge(composed(), {"eval": {"benchmarks": ["sort_of_clevr", "vqav2"],
                                                               "overrides": {"vqav2": ["benchmark.root=/data"]}}}))
+
+
+def test_a_single_run_has_no_sweep_to_record(tmp_path, monkeypatch, recwarn):
+    from core.sweep import SweepSummary
+
+    monkeypatch.chdir(tmp_path)
+    single = OmegaConf.create({"hydra": {"job": {"num": "???"}, "sweep": {"dir": str(tmp_path / "sweep")}}})
+    SweepSummary().on_job_end(single, job_return=None)  # a plain `python train.py` run: hydra.job.num is unset
+    assert not (tmp_path / "sweep").exists() and not list(tmp_path.iterdir())
