@@ -25,7 +25,7 @@ REPLICATES = 2000
 AXES = {
     "recipe": ("Optimisation procedure", [("base", "single-stage"), ("two_stage", "two-stage (align first)")]),
     "encoder_training": ("Frozen vs finetuned encoder", [("base", "frozen"), ("finetune_encoder", "finetuned")]),
-    "encoder_objective": ("Visual representation", [("base", "SigLIP"), ("enc_clip", "CLIP"),
+    "encoder_objective": ("Visual representation", [("base", "CLIP"), ("enc_siglip", "SigLIP"),
                                                       ("enc_supervised", "supervised"), ("enc_mae", "MAE"),
                                                       ("enc_fused", "MAE + SigLIP")]),
     "preprocessing": ("Image preprocessing", [("base", "letterbox"), ("resize_naive", "resize-naive"),

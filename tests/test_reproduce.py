@@ -28,36 +28,31 @@ from tests.eval.fixtures import FIXTURES, Oracle
 BENCHMARKS = ["mini_vqav2", "mini_gqa", "mini_tallyqa", "mini_vsr", "mini_pope", "mini_refcoco", "mini_textvqa"]
 # cell: (encoder, backbone, stage, image strategy, finetune epochs) -- the brief's table, written out by hand
 CELLS = {
-    "base": ("mini_siglip", "mini_llama", "mini_single_stage", "letterbox", 1),
-    "two_stage": ("mini_siglip", "mini_llama", "mini_two_stage", "letterbox", 1),
-    "finetune_encoder": ("mini_siglip", "mini_llama", "mini_full_finetune", "letterbox", 1),
-    "enc_clip": ("mini_clip", "mini_llama", "mini_single_stage", "letterbox", 1),
+    "base": ("mini_clip", "mini_llama", "mini_single_stage", "letterbox", 1),
+    "two_stage": ("mini_clip", "mini_llama", "mini_two_stage", "letterbox", 1),
+    "finetune_encoder": ("mini_clip", "mini_llama", "mini_full_finetune", "letterbox", 1),
+    "enc_siglip": ("mini_siglip", "mini_llama", "mini_single_stage", "letterbox", 1),
     "enc_supervised": ("mini_supervised", "mini_llama", "mini_single_stage", "letterbox", 1),
     "enc_mae": ("mini_mae", "mini_llama", "mini_single_stage", "letterbox", 1),
     "enc_fused": ("mini_mae_siglip", "mini_llama", "mini_single_stage", "letterbox", 1),
-    "resize_naive": ("mini_siglip", "mini_llama", "mini_single_stage", "resize-naive", 1),
-    "resize_crop": ("mini_siglip", "mini_llama", "mini_single_stage", "resize-crop", 1),
-    "instruct_lm": ("mini_siglip", "mini_llama_instruct", "mini_single_stage", "letterbox", 1),
-    "epochs_2": ("mini_siglip", "mini_llama", "mini_single_stage", "letterbox", 2),
-    "res_96": ("mini_siglip_96", "mini_llama", "mini_single_stage", "letterbox", 1),
+    "resize_naive": ("mini_clip", "mini_llama", "mini_single_stage", "resize-naive", 1),
+    "resize_crop": ("mini_clip", "mini_llama", "mini_single_stage", "resize-crop", 1),
+    "instruct_lm": ("mini_clip", "mini_llama_instruct", "mini_single_stage", "letterbox", 1),
+    "epochs_2": ("mini_clip", "mini_llama", "mini_single_stage", "letterbox", 2),
+    "res_96": ("mini_clip_96", "mini_llama", "mini_single_stage", "letterbox", 1),
 }
-# The tiny stand-ins for the mini components (written by other parts of issue 13), on the smallest settings.
-STAND_INS = {"encoder": "tiny_siglip", "backbone": "tiny_llama", "data": "sort_of_clevr"}
-HOOK = [*(f"{g}={o}" for g, o in STAND_INS.items()), "eval.benchmarks=[sort_of_clevr]", "eval.limit=8",
-        "trainer.max_steps=2", "logger=csv", "data.generator.n_train=48", "data.generator.n_test=12",
-        "data.generator.questions_per_image=4", "stage.phases.finetune.global_batch_size=4"]
+# The smallest settings: the real cell with its mini components in smoke mode (REFRACT_TINY_SMOKE, tests/conftest.py:
+# a few pretraining steps on a small world), a 40-scene world, 2 steps, and 8 questions of one benchmark analog.
+SMALL_WORLD = ["n_train=40", "n_test=12", "n_per_benchmark=8"]
+HOOK = [*(f"data.generator.{k}" for k in SMALL_WORLD), "eval.benchmarks=[mini_vqav2]", "eval.limit=8",
+        "eval.overrides={mini_vqav2:[" + ",".join(f"'benchmark.generator.{k}'" for k in SMALL_WORLD) + "]}",
+        "trainer.max_steps=2", "logger=csv", "stage.phases.finetune.global_batch_size=4"]
 
 
 def test_list_prints_the_cells(capsys):
     assert reproduce.main(["prismatic_mini", "--list"]) == 0
     lines = capsys.readouterr().out.split()
     assert lines[0] == "base" and sorted(lines) == sorted(CELLS)
-
-
-def stand_ins_for_missing(encoder: str, backbone: str) -> list[str]:
-    """Overrides replacing the contract components whose configs are not in conf/ yet by the tiny stand-ins."""
-    wanted = {"encoder": encoder, "backbone": backbone, "data": "mini_world"}
-    return [f"{g}={STAND_INS[g]}" for g, o in wanted.items() if not (CONF / g / f"{o}.yaml").exists()]
 
 
 @pytest.mark.parametrize("cell", sorted(CELLS))
@@ -70,19 +65,15 @@ def test_every_cell_composes_and_names_the_contract_components(cell):
     shared = OmegaConf.to_container(OmegaConf.load(CONF / "experiment" / "prismatic_mini" / "_base.yaml").defaults)
     assert {"override /data": "mini_world"} in shared
 
-    missing = stand_ins_for_missing(encoder, backbone)
-    cfg = compose_cfg(f"experiment=prismatic_mini/{cell}", *missing)
+    cfg = compose_cfg(f"experiment=prismatic_mini/{cell}")
     assert list(cfg.eval.benchmarks) == BENCHMARKS and cfg.trainer.threads == 1
     assert cfg.stage.name == stage and cfg.encoder.image_strategy == strategy and cfg.projector.name == "mlp"
     phases = list(cfg.stage.phases.values())
     assert [p.name for p in phases] == (["align", "finetune"] if cell == "two_stage" else
                                         ["full_finetune"] if cell == "finetune_encoder" else ["finetune"])
-    assert phases[-1].epochs == epochs and all(p.global_batch_size == 32 for p in phases)
+    assert phases[-1].epochs == epochs and all(p.global_batch_size == 16 for p in phases)
     assert ("encoder" in phases[-1].trainable) == (cell == "finetune_encoder")
-    if not any(m.startswith("encoder=") for m in missing):
-        assert cfg.encoder.name == encoder
-    if not any(m.startswith("data=") for m in missing):
-        assert cfg.data.name == "mini_world"
+    assert (cfg.encoder.name, cfg.backbone.name, cfg.data.name) == (encoder, backbone, "mini_world")
 
 
 def reproduce_cell(out, *extra: str) -> subprocess.CompletedProcess:
@@ -103,13 +94,13 @@ def test_one_cell_end_to_end(one_cell):
     out, stdout = one_cell
     last = json.loads(stdout.strip().splitlines()[-1])
     result = json.loads((out / "cells" / "base-seed0.json").read_text())
-    assert last == result["metrics"] and "sort_of_clevr/accuracy" in last and "sort_of_clevr/n" not in last
+    assert last == result["metrics"] and "mini_vqav2/accuracy" in last and "mini_vqav2/n" not in last
     run_dir = ROOT / result["run_dir"]  # the run under OUT/runs (absolute outside the repository)
-    reported = json.loads((run_dir / "results.json").read_text())["benchmarks"]["sort_of_clevr"]
-    assert last["sort_of_clevr/accuracy"] == reported["accuracy"]
-    items = result["items"]["sort_of_clevr"]
+    reported = json.loads((run_dir / "results.json").read_text())["benchmarks"]["mini_vqav2"]
+    assert last["mini_vqav2/accuracy"] == reported["accuracy"]
+    items = result["items"]["mini_vqav2"]
     assert len(items) == 8 and round(100 * sum(items.values()) / 8, 2) == reported["accuracy"]
-    assert result["main_metric"] == {"sort_of_clevr": "accuracy"} and result["seed"] == 0
+    assert result["main_metric"] == {"mini_vqav2": "accuracy"} and result["seed"] == 0
     assert result["train_flops"] > 1e6 and result["wall_time_s"] > 0 and result["overrides"] == HOOK
 
 
@@ -135,7 +126,7 @@ def test_a_finished_cell_is_not_retrained_and_the_study_writes_results_csv(one_c
     with open(out / "summary.csv", newline="") as f:
         summary = list(csv.DictReader(f))
     assert [(s["cell"], s["benchmark"], float(s["mean"])) for s in summary] == [
-        ("base", "sort_of_clevr", metrics["sort_of_clevr/accuracy"])]
+        ("base", "mini_vqav2", metrics["mini_vqav2/accuracy"])]
 
 
 def test_retraining_a_cell_with_the_same_seed_reproduces_it(one_cell, tmp_path):
@@ -144,7 +135,7 @@ def test_retraining_a_cell_with_the_same_seed_reproduces_it(one_cell, tmp_path):
     first, second = (json.loads((d / "cells" / "base-seed0.json").read_text()) for d in (out, tmp_path))
     assert first["metrics"] == second["metrics"] and first["items"] == second["items"]
     runs = [ROOT / r["run_dir"] for r in (first, second)]
-    answers = [json.loads((r / "predictions" / "sort_of_clevr.json").read_text()) for r in runs]
+    answers = [json.loads((r / "predictions" / "mini_vqav2.json").read_text()) for r in runs]
     losses = [json.loads((r / "results.json").read_text())["train"]["finetune/train_loss"] for r in runs]
     assert answers[0] == answers[1] and losses[0] == losses[1]
 
@@ -234,11 +225,11 @@ def test_report_writes_the_axis_tables_and_plots(one_cell, tmp_path):
     base = json.loads((out / "cells" / "base-seed0.json").read_text())
     for cell in ("base", "resize_crop"):  # a variant that answers exactly as base: a zero difference
         (study / "cells" / f"{cell}-seed0.json").write_text(json.dumps({**base, "cell": cell}))
-    (study / "prior.json").write_text(json.dumps({"sort_of_clevr/accuracy": 12.5}))
+    (study / "prior.json").write_text(json.dumps({"mini_vqav2/accuracy": 12.5}))
     assert reproduce.main(["prismatic_mini", "--report", "--seeds", "0", "--out", str(study),
                            "--figures", str(tmp_path / "figures")]) == 0
     tables = (study / "tables.md").read_text()
     assert "## Image preprocessing" in tables and "## Training duration" not in tables  # axes with a variant only
     assert "| resize-crop − base | +0.0 [+0.0, +0.0] |" in tables and "| blind prior | 12.5 |" in tables
     assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == ["preprocessing.png"]
-    assert (study / "results.csv").read_text().count("\nresize_crop,0,sort_of_clevr,") == len(base["metrics"])
+    assert (study / "results.csv").read_text().count("\nresize_crop,0,mini_vqav2,") == len(base["metrics"])
