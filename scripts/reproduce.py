@@ -185,7 +185,7 @@ def run_study(args, out: Path) -> int:
                                         "ran": [f"{c}-seed{s}" for c, s in todo],
                                         "failed": [f"{c}-seed{s}" for (c, s), code in zip(todo, codes) if code],
                                         "overrides": args.overrides})
-    from scripts.reproduce_report import write_summary
+    from eval.study_report import write_summary
 
     results = finished(out, cells, args.seeds)
     write_results_csv(out, results)
@@ -219,7 +219,7 @@ def main(argv: list[str]) -> int:
         print("\n".join(cells_of(args.study)))
         return 0
     if args.report:
-        from scripts.reproduce_report import write_report
+        from eval.study_report import write_report
 
         results = finished(out, args.cells or cells_of(args.study), args.seeds)
         write_results_csv(out, results)

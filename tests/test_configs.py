@@ -134,7 +134,8 @@ def test_composing_and_resolving_a_config_writes_nothing(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("option", config_options("stage"))
 def test_stage_phases_name_real_parts_and_splits(option):
-    cfg = composed(f"stage={option}")
+    data = ["data=mini_world"] if option.startswith("mini_") else []  # the study's recipes train on the mini world
+    cfg = composed(f"stage={option}", *data)
     assert len(cfg.stage.phases) >= 1
     for key, phase in cfg.stage.phases.items():
         assert phase.name == key

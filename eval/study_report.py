@@ -1,4 +1,4 @@
-"""The study's summary, tables and plots, from the cells' result files (scripts/reproduce.py writes and calls this).
+"""A design-space study's summary, tables and plots, from its cells' result files (scripts/reproduce.py writes and calls this).
 
 - `summarise(results)`: per cell x benchmark, the benchmark's main metric (core/report.py: the benchmark
   config's `main_metric`) averaged over the seeds with its two-level bootstrap 95% interval, the paired
