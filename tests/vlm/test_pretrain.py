@@ -19,7 +19,7 @@ from core.run import train
 from tests.conftest import BASE, compose_cfg, composed
 from vlm.pretrain.encoder_task import EncoderPretrainTask
 from vlm.pretrain.lm_task import LMPretrainTask, build_lm
-from vlm.pretrain.quality import perplexity, probe_scores, retrieval_r1
+from vlm.pretrain.quality import centre_patch, patch_scores, perplexity, probe_scores, retrieval_r1
 
 WORLD = ["world._target_=tests.vlm.pretrain_world.ensure", "world.n_train=40", "world.n_test=12"]
 
@@ -119,6 +119,34 @@ def test_probe_reads_features_that_encode_the_labels():
     assert scores["attribute_acc"] == 100.0 and scores["count_acc"] == 100.0
     noise = probe_scores(rng.normal(size=(60, 5)), scenes[:60], rng.normal(size=(20, 5)), scenes[60:])
     assert noise["attribute_acc"] < 100.0
+
+
+def test_centre_patch_of_a_non_square_scene_by_hand():
+    scene = {"width": 96, "height": 64}
+    obj = {"bbox": [80, 10, 10, 10]}  # centre (85, 15)
+    # resize-naive: (85/96, 15/64) of an 8x8 grid -> column 7, row 1; letterbox (pad 16 rows on top): (85/96, 31/96)
+    assert centre_patch(obj, scene, (8, 8), "resize-naive") == 1 * 8 + 7
+    assert centre_patch(obj, scene, (8, 8), "letterbox") == 2 * 8 + 7
+    with pytest.raises(ValueError, match="resize-crop"):
+        centre_patch(obj, scene, (8, 8), "resize-crop")
+
+
+def test_patch_probe_reads_the_patch_under_each_object():
+    rng = np.random.default_rng(0)
+    colours, shapes, sizes = ["red", "blue", "green"], ["circle", "square"], ["small", "large"]
+    scenes, feats = [], np.zeros((60, 4, 3))
+    for i in range(60):  # 2x2 grid on a 64x64 scene; each object alone in its quadrant, its attributes in its patch
+        objects = []
+        for q in rng.choice(4, size=2, replace=False):
+            o = {"color": rng.choice(colours), "shape": rng.choice(shapes), "size": rng.choice(sizes),
+                 "bbox": [32 * (q % 2) + 8, 32 * (q // 2) + 8, 10, 10]}
+            feats[i, q] = [colours.index(o["color"]), shapes.index(o["shape"]), sizes.index(o["size"])]
+            objects.append(o)
+        scenes.append({"width": 64, "height": 64, "objects": objects})
+    scores = patch_scores(feats[:40], scenes[:40], feats[40:], scenes[40:], (2, 2), "resize-naive")
+    assert (scores["patch_colour_acc"], scores["patch_shape_acc"], scores["patch_size_acc"]) == (100.0, 100.0, 100.0)
+    blank = patch_scores(np.zeros_like(feats[:40]), scenes[:40], np.zeros_like(feats[40:]), scenes[40:], (2, 2), "resize-naive")
+    assert blank["patch_colour_acc"] < 100.0  # no information in the patches: the probe falls to a constant
 
 
 def test_retrieval_counts_identical_captions_as_right():

@@ -10,7 +10,9 @@ after training through the usual `eval.benchmarks` mechanism. Both read the run'
   (`attribute_acc`, mean over categories, with its majority-class baseline `attribute_majority`) and the
   object count (`count_acc`, `count_majority`). For clip / siglip runs also zero-shot image→caption
   retrieval R@1 over the captions the run held out of training (`retrieval_r1`; a retrieved caption with
-  the same text counts as right; `retrieval_chance` is the expected R@1 of a random pick). Percent.
+  the same text counts as right; `retrieval_chance` is the expected R@1 of a random pick). Per object, the
+  features of the patch under its centre probed for its colour, shape and size (`patch_<attr>_acc`, with
+  `patch_<attr>_majority`): what a VLM reading one patch can get, which pooled features do not show. Percent.
 - `LMPerplexity`: the exported model (transformers, as saved) on the held-out `lm_text_val.txt` lines
   (`<s> line </s>`: `text_ppl`) and on the run's held-out dialogues in its prompt format, answers only
   (`dialogue_ppl`).
@@ -85,13 +87,43 @@ def retrieval_r1(image_emb: torch.Tensor, text_emb: torch.Tensor, captions: list
 
 
 @torch.no_grad()
-def mean_patch_features(encoder, world: Path, images: list[str], batch_size: int = 64) -> np.ndarray:
+def patch_features(encoder, world: Path, images: list[str], batch_size: int = 64) -> np.ndarray:
+    """(images, patches, width) features of the encoder's feature layer."""
     encoder.eval()
     out = []
     for start in range(0, len(images), batch_size):
         pixels = torch.stack([encoder.transform(load_image(world, rel)) for rel in images[start:start + batch_size]])
-        out.append(encoder(pixels).mean(1))
+        out.append(encoder(pixels))
     return torch.cat(out).numpy()
+
+
+def centre_patch(obj: dict, scene: dict, grid: tuple[int, int], strategy: str) -> int:
+    """Index of the patch under the object's centre, for the resize-naive or letterbox input of the scene."""
+    x, y, w, h = obj["bbox"]
+    cx, cy, width, height = x + w / 2, y + h / 2, scene["width"], scene["height"]
+    if strategy == "letterbox":
+        side = max(width, height)
+        cx, cy, width, height = cx + (side - width) // 2, cy + (side - height) // 2, side, side
+    elif strategy != "resize-naive":
+        raise ValueError(f"encoder_probe: patch probes need image_strategy resize-naive or letterbox, not {strategy!r}")
+    rows, cols = grid
+    return min(int(cy / height * rows), rows - 1) * cols + min(int(cx / width * cols), cols - 1)
+
+
+def patch_scores(train_x, train_scenes: list[dict], test_x, test_scenes: list[dict], grid, strategy: str) -> dict:
+    """Colour, shape and size of each object probed from the features of the patch under its centre."""
+    def objects(features, group):
+        rows = [(features[i, centre_patch(o, s, grid, strategy)], o) for i, s in enumerate(group) for o in s["objects"]]
+        return np.stack([f for f, _ in rows]), [o for _, o in rows]
+
+    (xtr, otr), (xte, ote) = objects(train_x, train_scenes), objects(test_x, test_scenes)
+    metrics = {}
+    for attr in ("color", "shape", "size"):
+        ytr, yte = np.array([o[attr] for o in otr]), np.array([o[attr] for o in ote])
+        name = "colour" if attr == "color" else attr
+        metrics[f"patch_{name}_acc"] = linear_probe(xtr, ytr, xte, yte)
+        metrics[f"patch_{name}_majority"] = majority(ytr, yte)
+    return metrics
 
 
 class EncoderProbe:
@@ -113,8 +145,10 @@ class EncoderProbe:
         train, test = scenes(world, "train"), scenes(world, "test")
         train_rel = list(train)[: self.probe_train]
         test_rel = list(test)[: cfg.get("limit") or None]
-        metrics = probe_scores(mean_patch_features(encoder, world, train_rel), [train[r] for r in train_rel],
-                               mean_patch_features(encoder, world, test_rel), [test[r] for r in test_rel])
+        train_x, test_x = patch_features(encoder, world, train_rel), patch_features(encoder, world, test_rel)
+        train_s, test_s = [train[r] for r in train_rel], [test[r] for r in test_rel]
+        metrics = probe_scores(train_x.mean(1), train_s, test_x.mean(1), test_s)
+        metrics.update(patch_scores(train_x, train_s, test_x, test_s, encoder.grid_size, self.image_strategy))
         metrics["probe_train"], metrics["probe_test"] = len(train_rel), len(test_rel)
         if rcfg.encoder_pretrain.objective in ("clip", "siglip") and int(rcfg.encoder_pretrain.get("holdout") or 0):
             metrics.update(self.retrieval(rcfg, run_dir, world))
