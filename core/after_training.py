@@ -26,13 +26,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from core.conf import CONF_DIR as CONF
-
+from core.conf import compose_config
 
 
 def eval_settings(cfg: DictConfig) -> tuple[list[str], dict[str, list[str]]]:
@@ -52,10 +50,7 @@ def eval_settings(cfg: DictConfig) -> tuple[list[str], dict[str, list[str]]]:
 
 def compose_eval(overrides: list[str]) -> DictConfig:
     """conf/eval.yaml with `overrides`, composed in the running Hydra app if there is one."""
-    if GlobalHydra.instance().is_initialized():
-        return compose(config_name="eval", overrides=overrides)
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="eval", overrides=overrides)
+    return compose_config("eval", overrides)
 
 
 def check_eval_settings(cfg: DictConfig) -> None:

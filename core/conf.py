@@ -1,4 +1,4 @@
-"""The project's Hydra config directory, and one option of a config group read by name.
+"""The project's Hydra config directory, a config composed from it, and one option of a config group read by name.
 
 Some components are named by a string inside another config (a backbone's `prompt_format: vicuna`,
 `build_tokenizer("openvla")`): `group_option("prompt_format", "vicuna")` reads
@@ -26,3 +26,16 @@ def group_option(group: str, name: str) -> DictConfig:
     if not path.is_file():
         raise ValueError(f"unknown {group} {name!r}: no {path}; choose from {group_options(group)}")
     return OmegaConf.load(path)
+
+
+def compose_config(config_name: str, overrides: list[str]) -> DictConfig:
+    """conf/CONFIG_NAME.yaml (`train`, `eval`) with `overrides`, as the entry points compose it; inside a running
+    Hydra app (a job composing another config) through that app."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    overrides = [str(o) for o in overrides]
+    if GlobalHydra.instance().is_initialized():
+        return compose(config_name=config_name, overrides=overrides)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name=config_name, overrides=overrides)

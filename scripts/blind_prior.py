@@ -27,14 +27,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
+from core.conf import compose_config
 from data.atomic import write_json
 from data.mini_world_questions import FAMILIES
 from data.mini_world_scenes import COLORS, SHAPES, SIZES, WORDS
 
-CONF = ROOT / "conf"
 _MASKS = [(re.compile(r"\b(" + "|".join(words) + r")\b"), tag) for words, tag in (
     (list(COLORS), "<color>"), ([s + "s" for s in SHAPES] + list(SHAPES), "<shape>"), (list(SIZES), "<size>"),
     (list(WORDS), "<word>"))]
@@ -77,8 +76,7 @@ class Prior:
 
 def benchmark_runner(family: str, root: Path):
     """The real runner of conf/benchmark/mini_<family>.yaml, reading the world at `root`."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="eval", overrides=[f"benchmark=mini_{family}", "run=blind", f"benchmark.root={root}"])
+    cfg = compose_config("eval", [f"benchmark=mini_{family}", "run=blind", f"benchmark.root={root}"])
     return instantiate(cfg.benchmark, _recursive_=False)
 
 
@@ -103,8 +101,7 @@ def blind_prior(world_root, pred_dir, families=FAMILIES) -> dict[str, float]:
 
 
 def default_world(overrides: list[str]) -> Path:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=["data=mini_world", *overrides])
+    cfg = compose_config("train", ["data=mini_world", *overrides])
     return Path(instantiate(cfg.data.generator))
 
 

@@ -62,14 +62,12 @@ def train_overrides(study: str, cell: str, seed: int, out: Path, extra: list[str
 
 
 def compose_train(overrides: list[str]):
-    """conf/train.yaml composed with `overrides` (as train.py composes it)."""
-    from hydra import compose, initialize_config_dir
-
+    """conf/train.yaml composed with `overrides` (as train.py composes it), its resolvers registered."""
+    from core.conf import compose_config
     from core.resolvers import register_resolvers
 
     register_resolvers()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="train", overrides=overrides)
+    return compose_config("train", overrides)
 
 
 def train_flops(results: dict) -> float | None:
@@ -119,24 +117,21 @@ def run_cell(study: str, cell: str, seed: int, out: Path, extra: list[str]) -> d
 def item_scores(cfg, run_dir: Path, benchmarks: dict) -> tuple[dict, dict]:
     """({benchmark: per-item scores}, {benchmark: main metric}), each scored by the scorer's `*_items` function,
     whose metrics must be the ones the run reported."""
-    from hydra import initialize_config_dir
-
     from core.after_training import compose_eval, eval_settings
     from core.report import main_metric
     from eval.intervals import benchmark_item_scores
 
     names, overrides = eval_settings(cfg)
     items, main = {}, {}
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        for name in names:
-            ecfg = compose_eval(overrides[name])
-            if cfg.get("cache_dir"):
-                ecfg.cache_dir = str(cfg.cache_dir)
-            metrics, items[name] = benchmark_item_scores(ecfg.benchmark, run_dir, limit=cfg.eval.get("limit"))
-            main[name] = main_metric(name)
-            if metrics.get(main[name]) != benchmarks[name].get(main[name]):
-                raise SystemExit(f"error: {name}: the per-item scoring gives {main[name]}={metrics.get(main[name])}, "
-                                 f"the run reported {benchmarks[name].get(main[name])} ({run_dir}/results.json)")
+    for name in names:
+        ecfg = compose_eval(overrides[name])
+        if cfg.get("cache_dir"):
+            ecfg.cache_dir = str(cfg.cache_dir)
+        metrics, items[name] = benchmark_item_scores(ecfg.benchmark, run_dir, limit=cfg.eval.get("limit"))
+        main[name] = main_metric(name)
+        if metrics.get(main[name]) != benchmarks[name].get(main[name]):
+            raise SystemExit(f"error: {name}: the per-item scoring gives {main[name]}={metrics.get(main[name])}, "
+                             f"the run reported {benchmarks[name].get(main[name])} ({run_dir}/results.json)")
     return items, main
 
 

@@ -38,28 +38,16 @@ def finite(figures: dict) -> dict:
     return {k: v for k, v in figures.items() if not (isinstance(v, float) and v != v)}
 
 
-def compose_train(overrides: list[str]):
-    """conf/train.yaml with `overrides`, composed in the running Hydra app if there is one."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from core.conf import CONF_DIR
-
-    if GlobalHydra.instance().is_initialized():
-        return compose(config_name="train", overrides=overrides)
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="train", overrides=overrides)
-
-
 def write_pretrained(out: Path, overrides: list[str], benchmark: str, smoke_overrides: list[str] = ()) -> None:
     """Train the run `train.py OVERRIDES` describes and write its export and quality figures to `out`."""
+    from core.conf import compose_config
     from core.run import train
 
     overrides = [str(o) for o in overrides] + ([str(o) for o in smoke_overrides] if smoke_mode() else [])
     threads, env = torch.get_num_threads(), dict(os.environ)
     py_state, np_state = random.getstate(), np.random.get_state()
     with tempfile.TemporaryDirectory(prefix="refract-pretrain-") as root:
-        cfg = compose_train([*overrides, f"run.root={root}", "run.name=pretrain", "logger=csv", "trainer.threads=1",
+        cfg = compose_config("train", [*overrides, f"run.root={root}", "run.name=pretrain", "logger=csv", "trainer.threads=1",
                              "trainer.progress_bar=false", f"eval.benchmarks=[{benchmark}]"])
         try:
             train(cfg)
