@@ -2,9 +2,10 @@
 
 A scene is a dict `{"width", "height", "objects": [...], "sign": {...} | None}`; an object is
 `{"color", "shape", "size": "small"|"large", "bbox": [x, y, w, h], "label": str | None}` (pixels, integer
-top-left corner). Within a scene every (colour, shape) pair is unique, so "the red circle" always names one
-object. Colours and shapes are drawn with skewed frequencies and each scene uses a palette of 2-4 colours, so
-some objects are frequent and some pairs co-occur more than others (POPE's popular / adversarial negatives).
+top-left corner). Within a scene every colour is used once (as the colours of Sort-of-CLEVR), so "the red
+circle" and "the red object" always name one object and a colour is a key a patch-level feature can read.
+Colours and shapes are drawn with skewed frequencies, so some (colour, shape) pairs are frequent and some
+co-occur more than others (POPE's popular / adversarial negatives).
 
 About `border_share` of the objects are placed with their centre outside the window a centre crop keeps
 (timm's resize-crop: shorter side to `crop_size / crop_pct`, centre crop `crop_size`): that crop cuts them off,
@@ -29,7 +30,7 @@ COLORS = {
 COLOR_WEIGHTS = (0.28, 0.22, 0.17, 0.13, 0.11, 0.09)  # skewed: "popular" objects exist
 SHAPES = ("circle", "square", "triangle")
 SHAPE_WEIGHTS = (0.45, 0.33, 0.22)
-SIZES = {"small": 9, "large": 15}
+SIZES = {"small": 10, "large": 16}
 WORDS = ("cat", "sun", "box", "dog", "cup", "hat", "key", "map", "pen", "bus", "fox", "owl", "egg", "jar",
          "kite", "star")
 SIGN_PAD = 2       # white margin around the word, pixels
@@ -110,15 +111,8 @@ def sample_scene(rng: np.random.Generator, width: int, height: int, min_objects:
 
 def _try_scene(rng, width, height, min_objects, max_objects, border_share, label_share, window):
     n = int(rng.integers(min_objects, max_objects + 1))
-    palette_size = int(rng.integers(2, 5))
-    palette = [list(COLORS)[int(i)] for i in rng.choice(len(COLORS), size=palette_size, replace=False, p=COLOR_WEIGHTS)]
-    kinds: list[tuple[str, str]] = []
-    while len(kinds) < n:
-        kind = (palette[int(rng.integers(len(palette)))], SHAPES[int(rng.choice(len(SHAPES), p=SHAPE_WEIGHTS))])
-        if kind not in kinds:
-            kinds.append(kind)
-        elif len(kinds) >= len(palette) * len(SHAPES):
-            return None
+    colors = [list(COLORS)[int(i)] for i in rng.choice(len(COLORS), size=n, replace=False, p=COLOR_WEIGHTS)]
+    kinds = [(c, SHAPES[int(rng.choice(len(SHAPES), p=SHAPE_WEIGHTS))]) for c in colors]
     sizes = [("small", "large")[int(rng.integers(2))] for _ in kinds]
     word = WORDS[int(rng.integers(len(WORDS)))] if rng.random() < label_share else None
     holder = None  # the large object holding the sign

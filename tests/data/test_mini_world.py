@@ -89,8 +89,6 @@ def check_answer(scene, question, answer):
     objs = scene["objects"]
     if m := re.fullmatch(r"How many (circle|square|triangle)s are there\?\nAnswer the question using a single (?:number|word or phrase)\.", question):
         return str(sum(o["shape"] == m[1] for o in objs))
-    if m := re.fullmatch(r"How many (\w+) objects are there\?\n.*", question, re.DOTALL):
-        return str(sum(o["color"] == m[1] for o in objs))
     if m := re.fullmatch(r"What size is the (\w+) (\w+)\?\n.*", question, re.DOTALL):
         return by_name(scene, m[1], m[2])["size"]
     if m := re.fullmatch(r"Is there an? (\w+) (\w+)(?: in the image)?\?\n.*", question, re.DOTALL):
@@ -117,8 +115,10 @@ def test_instructions_answers_agree_with_the_scenes(world):
     checked = 0
     for record in json.loads((world / "instruct.json").read_text()):
         turns = record["conversations"]
-        assert turns[0]["value"].startswith("<image>\n") and len(turns) >= 12  # one question of (nearly) every family
-        for human, gpt in zip(turns[::2], turns[1::2]):
+        assert turns[0]["value"].startswith("<image>\n") and len(turns) >= 14  # one question per family, then
+        assert turns[-2]["value"] == "Describe the image."                       # the grounded description
+        assert_grounded_caption(scenes[record["image"]], turns[-1]["value"], boxes=True)
+        for human, gpt in zip(turns[:-2:2], turns[1:-2:2]):
             expected = check_answer(scenes[record["image"]], human["value"].replace("<image>\n", ""), gpt["value"])
             if expected is not None:
                 assert gpt["value"] == expected, (record["id"], human["value"])
@@ -126,15 +126,34 @@ def test_instructions_answers_agree_with_the_scenes(world):
     assert checked > 150
 
 
+def assert_grounded_caption(scene, text, boxes):
+    """Every object keyed by its colour, then its position (thirds of the canvas, by hand), size and shape, then
+    (with boxes) its box as RefCOCO answers it; the sign's word once."""
+    for o in scene["objects"]:
+        cx, cy = centre(o)
+        v, h = ("top", "middle", "bottom")[int(3 * cy / 64)], ("left", "middle", "right")[int(3 * cx / 96)]
+        where = "middle" if v == h == "middle" else f"{v} {h}" if "middle" not in (v, h) else (h if v == "middle" else v)
+        x, y, w, hh = o["bbox"]
+        box = f" [{x / 96:.2f}, {y / 64:.2f}, {(x + w) / 96:.2f}, {(y + hh) / 64:.2f}]" if boxes else ""
+        assert f"{o['color']} {where} {o['size']} {o['shape']}{box}" in text, (o, text)
+    if scene["sign"]:
+        assert f"says {scene['sign']['word']}" in text
+    assert text.count(" that says ") == bool(scene["sign"])
+
+
 def test_captions_name_every_object_and_the_sign(world):
     scenes = json.loads((world / "scenes.json").read_text())["train"]
     for record in json.loads((world / "align.json").read_text()):
-        scene, text = scenes[record["image"]], record["conversations"][1]["value"]
-        for o in scene["objects"]:
-            assert f"{o['size']} {o['color']} {o['shape']}" in text
-        if scene["sign"]:
-            assert f"says {scene['sign']['word']}" in text
-        assert text.count(" that says ") == bool(scene["sign"])
+        assert_grounded_caption(scenes[record["image"]], record["conversations"][1]["value"], boxes=False)
+
+
+def test_each_colour_names_one_object(world):
+    """Colours are the scene's keys: no colour twice in a scene, 3-5 objects, both sizes at 10 and 16 px."""
+    scenes = json.loads((world / "scenes.json").read_text())["train"].values()
+    for scene in scenes:
+        colours = [o["color"] for o in scene["objects"]]
+        assert len(colours) == len(set(colours)) and 3 <= len(colours) <= 5
+    assert {tuple(o["bbox"][2:]) for s in scenes for o in s["objects"]} == {(10, 10), (16, 16)}
 
 
 def test_centre_crop_losses_are_counted(world):
