@@ -26,16 +26,16 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
+
+from core.safe_load import load_run_config
 
 from vlm.pretrain.world import caption_records, dialogues, load_image, scene_categories, scenes, text_lines, world_folder
 
 
 def run_config(run_dir: Path) -> DictConfig:
-    path = Path(run_dir) / "config.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml); pass run=runs/NAME")
-    return OmegaConf.load(path)
+    """The run's config; its world generator must be one of conf/world's (opening a run runs none of its code)."""
+    return load_run_config(run_dir, {"world": "world"})
 
 
 def export_dir(run_dir: Path) -> Path:
