@@ -148,11 +148,13 @@ def load_weights(model: torch.nn.Module, path: Path, run_dir: Path | None = None
     check_file(path)
     model_shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     with safe_open(str(path), framework="pt") as f:
-        for key in f.keys():
-            theirs = tuple(f.get_slice(key).get_shape())
-            if key in model_shapes and model_shapes[key] != theirs:
-                raise WeightsError(f"{path}: tensor {key} has shape {theirs}, the model config.yaml builds {model_shapes[key]}: "
-                                   f"config.yaml's `{part_key(key)}` is not what the weights were trained with; restore it")
+        shapes = {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
+    wrong = [(k, shape) for k, shape in shapes.items() if k in model_shapes and model_shapes[k] != shape]
+    if wrong:
+        keys = ", ".join(f"`{k}`" for k in sorted({part_key(k) for k, _ in wrong}))
+        shown = "; ".join(f"tensor {k} has shape {shape}, the model config.yaml builds {model_shapes[k]}" for k, shape in wrong[:4])
+        raise WeightsError(f"{path}: {shown}{'; ...' if len(wrong) > 4 else ''}: config.yaml's {keys} not what the weights "
+                           "were trained with; restore it")
     try:
         load_model(model, str(path), device=str(device))
     except RuntimeError as err:  # names missing from / unexpected in the file
