@@ -158,12 +158,12 @@ class EncoderProbe:
     def retrieval(self, rcfg: DictConfig, run_dir: Path, world: Path) -> dict[str, float]:
         """R@1 of the run's own image and text towers (model.safetensors) on the captions it held out."""
         from open_clip.tokenizer import SimpleTokenizer
-        from safetensors.torch import load_model
 
+        from core.weights import load_weights
         from vlm.pretrain.encoder_task import EncoderPretrainTask, tower_transform
 
         model = EncoderPretrainTask().build_model(rcfg, run_dir)
-        load_model(model, str(run_dir / "model.safetensors"))
+        load_weights(model, run_dir / "model.safetensors", run_dir)
         model.eval()
         held = caption_records(world)[-int(rcfg.encoder_pretrain.holdout):]
         transform = tower_transform(model.tower)
