@@ -22,6 +22,11 @@ from pathlib import Path
 
 from filelock import SoftFileLock, Timeout
 
+try:  # the host as filelock records it (with a PID-namespace suffix inside containers)
+    from filelock._identity import host_name as this_host
+except ImportError:  # another filelock layout: the plain host name
+    this_host = socket.gethostname
+
 LOCK_NAME = "run.lock"
 _held: dict[Path, int] = {}  # run.lock paths this process holds → nesting depth
 
@@ -30,13 +35,17 @@ class RunLockedError(RuntimeError):
     """Another process is writing the run directory."""
 
 
-def holder(lock_path: Path) -> str:
-    """'pid N on host H' from a lock marker (its first two lines), or what is known of it."""
+def holder(lock_path: Path) -> tuple[int, str] | None:
+    """(pid, host) of a lock marker (its first two lines), None while it is being written or unreadable."""
     with suppress(OSError, UnicodeDecodeError):
         lines = Path(lock_path).read_text().splitlines()
         if len(lines) >= 2 and lines[0].isdigit():
-            return f"pid {lines[0]} on host {lines[1]}"
-    return "a process that has not finished writing its pid"
+            return int(lines[0]), lines[1]
+    return None
+
+
+def describe(who: tuple[int, str] | None) -> str:
+    return f"pid {who[0]} on host {who[1]}" if who else "a process that has not finished writing its pid"
 
 
 @contextmanager
@@ -61,17 +70,16 @@ def run_lock(run_dir: str | Path, wait: float = 0, key: str = "run.lock_wait") -
             break
         except Timeout:
             if 0 <= wait <= time.monotonic() - start:
-                here = socket.gethostname()
                 who = holder(path)
-                remote = f" on host {here}" not in who and "pid" in who
+                remote = who is not None and who[1] != this_host()
                 raise RunLockedError(
-                    f"{run_dir} is being written by {who} ({path} holds its pid and host). Two processes writing one "
+                    f"{run_dir} is being written by {describe(who)} ({path} holds its pid and host). Two processes writing one "
                     f"run would delete each other's files and duplicate its records. Wait for it to end, or pass "
                     f"{key}=SECONDS to wait (-1: until it ends)"
                     + (f"; the holder runs on another host, so if it is gone delete {path} by hand" if remote else "")
                 ) from None
             if not announced:
-                print(f"{run_dir} is being written by {holder(path)}; waiting for it ({key}={wait})", flush=True)
+                print(f"{run_dir} is being written by {describe(holder(path))}; waiting for it ({key}={wait})", flush=True)
                 announced = True
             time.sleep(min(1.0, 0.05 + (time.monotonic() - start) / 20))
     _held[path] = 1

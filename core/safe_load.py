@@ -105,9 +105,8 @@ def check_remote_code(cfg: DictConfig, key: str, trust_remote_code: bool, source
     """Refuse a config whose `key` (e.g. `backbone`) asks for `trust_remote_code` (or passes it through
     `load_kwargs`) unless the caller opted in; `how` says how the caller opts in."""
     node = cfg.get(key) or {}
-    asks = [f"{key}.{k}" for k, v in (("trust_remote_code", node.get("trust_remote_code")),) if v]
-    extra = node.get("load_kwargs") or {}
-    asks += [f"{key}.load_kwargs.{k}" for k in extra if "remote_code" in str(k) or k == "code_revision"]
+    asks = [f"{key}.trust_remote_code"] if node.get("trust_remote_code") else []
+    asks += [f"{key}.load_kwargs.{k}" for k, v in (node.get("load_kwargs") or {}).items() if k == "trust_remote_code" and v]
     if asks and not trust_remote_code:
         raise UnsafeConfigError(
             f"{source}: {', '.join(asks)} asks to run code shipped with the model, which a file alone cannot "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,8 @@ def verify_config(run_dir: Path, cfg: DictConfig, keys: Iterable[str]) -> None:
         return parts[0] in keys and not any(p in RELOCATABLE for p in parts[1:])
     changed = sorted(k for k in set(now) | set(recorded) if mine(k) and now.get(k) != recorded.get(k))
     if changed:
-        raise WeightsError(f"{Path(run_dir) / 'config.yaml'}: {', '.join(changed)} differ(s) from the config the weights were "
+        raise WeightsError(f"{Path(run_dir) / 'config.yaml'}: {', '.join(changed)} {'differs' if len(changed) == 1 else 'differ'} "
+                           "from the config the weights were "
                            f"trained with (recorded in {Path(run_dir) / CHECKSUMS}); the model it would build is not the "
                            "trained one. Restore the value(s), or train a run with the new setting")
 
@@ -157,9 +159,11 @@ def load_weights(model: torch.nn.Module, path: Path, run_dir: Path | None = None
                            "were trained with; restore it")
     try:
         load_model(model, str(path), device=str(device))
-    except RuntimeError as err:  # names missing from / unexpected in the file
-        names = [n.strip(' "\'') for line in str(err).splitlines() if ":" in line for n in line.split(":", 1)[1].split(",")]
-        keys = sorted({part_key(n) for n in names if n})
-        raise WeightsError(f"{path} does not hold the tensors of the model config.yaml builds ({str(err).splitlines()[0]} "
-                           f"{str(err)[:300]}); config.yaml's {', '.join(f'`{k}`' for k in keys) or 'model keys'} "
-                           "differ from what the weights were trained with; restore them") from None
+    except RuntimeError as err:  # torch's report of the tensors missing from / unexpected in the file
+        found = {kind: re.findall(r'"([^"]+)"', line) for line in str(err).splitlines()
+                 for kind in ("Missing", "Unexpected") if line.strip().startswith(kind)}
+        names = found.get("Missing", []) + found.get("Unexpected", [])
+        keys = ", ".join(f"`{k}`" for k in sorted({part_key(n) for n in names})) or "model keys"
+        raise WeightsError(f"{path} does not hold the tensors of the model config.yaml builds (missing: "
+                           f"{found.get('Missing', [])[:4]}, not in the model: {found.get('Unexpected', [])[:4]}): "
+                           f"config.yaml's {keys} not what the weights were trained with; restore it") from None

@@ -176,7 +176,7 @@ def test_weights_with_a_nan_fail_naming_the_tensor(run):
 
 def test_a_hand_edited_prompt_format_fails_naming_the_key(run):
     edit_config(run, **{"backbone.prompt_format": "plain"})
-    with pytest.raises(WeightsError, match=r"config\.yaml: backbone\.prompt_format differ\(s\) from the config the weights"):
+    with pytest.raises(WeightsError, match=r"config\.yaml: backbone\.prompt_format differs from the config the weights"):
         vlm.load(run)
     with pytest.raises(SystemExit, match=r"backbone\.prompt_format"):
         chat_main([str(run)])
@@ -184,7 +184,7 @@ def test_a_hand_edited_prompt_format_fails_naming_the_key(run):
 
 def test_a_hand_edited_projector_fails_naming_the_key(run):
     edit_config(run, **{"projector._target_": "vlm.projectors.linear", "projector.name": "linear"})
-    with pytest.raises(WeightsError, match=r"projector\._target_, projector\.name differ"):
+    with pytest.raises(WeightsError, match=r"projector\._target_, projector\.name differ from the config the weights"):
         vlm.load(run)
     (run / CHECKSUMS).unlink()  # no record: the tensors themselves do not fit
     with pytest.raises(WeightsError, match=r"config\.yaml's `projector`"):
