@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hydra.errors import InstantiationException
 from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
 
@@ -27,7 +28,7 @@ from core.safe_load import UnsafeConfigError, load_run_config
 from core.weights import CHECKSUMS, WeightsError, record_file
 from scripts.chat import main as chat_main
 from scripts.export_hf import main as export_main
-from tests.conftest import SCRATCH_SMALL, SMALL, compose_cfg
+from tests.conftest import CONF, SCRATCH_SMALL, SMALL, compose_cfg
 from vlm.hub import resolve_tiny
 
 
@@ -76,6 +77,7 @@ def crafted(sentinel: Path) -> dict[str, dict]:
         "fused tower": {"encoder": {"_target_": "vlm.encoders.FusedEncoder", "encoders": {"a": copy, "b": copy}}},
         "project function in the wrong place": {"encoder": {"_target_": "data.atomic.write_json",
                                                             "_args_": [str(sentinel), "pwned"]}},
+        "list element": {"encoder.model_kwargs": {"hooks": [copy]}},
     }
 
 
@@ -88,7 +90,8 @@ def craft(run_dir: Path, sentinel: Path, case: str) -> None:
 def test_a_crafted_config_is_refused_by_vlm_load_and_runs_nothing(run, tmp_path, case):
     sentinel = tmp_path / "pwned"
     craft(run, sentinel, case)
-    key = {"projector": "projector", "nested argument": "backbone.load_kwargs", "fused tower": "encoder.encoders"}.get(case, "encoder")
+    key = {"projector": "projector", "nested argument": "backbone.load_kwargs", "fused tower": "encoder.encoders",
+           "list element": r"encoder\.model_kwargs\.hooks\[0\]"}.get(case, "encoder")
     with pytest.raises(UnsafeConfigError, match=rf"{run / 'config.yaml'}: {key}[\w.]*\._target_=.* is not one of the project's"):
         vlm.load(run)
     assert not sentinel.exists()
@@ -134,10 +137,25 @@ def test_a_behavior_runs_policy_spec_cannot_name_code(tmp_path, nested):
     assert not sentinel.exists()
 
 
-def test_an_unreadable_config_is_refused_naming_it(run):
-    (run / "config.yaml").write_text("encoder: [unclosed\n")
+@pytest.mark.parametrize("text", ["encoder: [unclosed\n", "encoder: !!python/object/apply:shutil.copyfile [/etc/hostname, SENTINEL]\n"])
+def test_an_unreadable_or_python_tagged_config_is_refused_naming_it(run, tmp_path, text):
+    sentinel = tmp_path / "pwned"
+    (run / "config.yaml").write_text(text.replace("SENTINEL", str(sentinel)))
     with pytest.raises(UnsafeConfigError, match=rf"{run / 'config.yaml'} cannot be read as a run config"):
-        load_run_config(run, {"encoder": "encoder"})
+        vlm.load(run)
+    assert not sentinel.exists()
+
+
+@pytest.mark.parametrize("where", ["relative", "absolute"])
+def test_a_prompt_format_cannot_name_a_file_outside_conf(run, tmp_path, where):
+    sentinel = tmp_path / "pwned"
+    (run / "payload.yaml").write_text(f"_target_: builtins.dict\npayload: {{_target_: shutil.copyfile, _args_: [/etc/hostname, {sentinel}]}}\n")
+    name = str(run / "payload") if where == "absolute" else "../" * len(CONF.parts) + str(run / "payload")
+    edit_config(run, **{"backbone.prompt_format": name})
+    (run / CHECKSUMS).unlink()
+    with pytest.raises(InstantiationException, match=r"unknown prompt_format .*payload.*choose from \['base'"):
+        vlm.load(run)
+    assert not sentinel.exists()
 
 
 @pytest.mark.parametrize("key", ["backbone.trust_remote_code", "backbone.load_kwargs.trust_remote_code"])
