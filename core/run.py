@@ -230,6 +230,10 @@ def _train(cfg: DictConfig, task: Task, run_dir: Path) -> dict:
             convert_fp8(model, cfg.trainer, report=False)
         if not resume and weights.exists():
             load_weights(model, weights)  # the previous phase's final weights
+        elif not resume and progress["completed"]:  # never start a later phase from fresh weights
+            raise RunDirError(f"{progress_path} records finished phases {list(progress['completed'])}, but {weights}, the "
+                              f"weights phase {phase.name} starts from, is missing. Fix: restore it from a copy of the run, "
+                              f"or delete {run_dir} to train the run again")
         world = world_size(cfg.trainer)
         micro, accumulate = micro_batch(cfg, phase, world)
         datamodule = task.build_datamodule(cfg, phase, model, run_dir, micro_batch_size=micro, seed=cfg.seed + index)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -164,6 +165,23 @@ def test_checkpoints_that_all_fail_stop_the_run_instead_of_restarting_at_step_0(
     with pytest.raises(CheckpointError, match=r"no checkpoint the run can continue from: last\.ckpt.*Restarting at step 0"):
         train(cfg)
     assert (run_dir / "model.safetensors").read_bytes() == weights and last.stat().st_size == 1000
+
+
+def test_a_later_phase_never_starts_from_missing_or_damaged_weights(small_cfg, tmp_path):
+    cfg = small_cfg("stage=two_stage", "stage.phases.align.global_batch_size=4", "stage.phases.finetune.global_batch_size=4",
+                    "trainer.max_steps=2", "run.name=phases")
+    run_dir = Path(train(cfg)["run_dir"])
+    (run_dir / "progress.json").write_text(json.dumps({"completed": {"align": 2}}))  # killed early in finetune
+    shutil.rmtree(run_dir / "checkpoints")
+    weights = run_dir / "model.safetensors"
+    good = weights.read_bytes()
+    weights.write_bytes(good[:-10])
+    with pytest.raises(WeightsError, match=rf"{weights} has \d+ bytes, the run recorded"):
+        train(cfg)
+    weights.unlink()
+    with pytest.raises(RunDirError, match=r"finished phases \['align'\], but .*model\.safetensors, the weights phase finetune "
+                                          r"starts from, is missing"):
+        train(cfg)
 
 
 def test_a_checkpoint_that_fails_its_checksum_falls_back_to_an_older_one(tmp_path):
