@@ -8,6 +8,9 @@ Hydra imports and calls whatever a `_target_` names. A loader therefore reads th
 targets such as a fused encoder's towers included). Anything else is refused with `UnsafeConfigError`,
 naming the file, the key and the target.
 
+A run's config is written resolved, so an interpolation in it (`${oc.env:SECRET}`, `${other.key}`) was added by
+hand: it is refused too (it could carry an environment variable into a model id that is then requested from a hub).
+
 `trust_remote_code` (code a model folder ships, run by transformers) is honoured only when the caller passes
 `trust_remote_code=True` at load time: `check_remote_code` refuses a config that asks for it without that
 opt-in, naming the key and how to opt in.
@@ -65,6 +68,15 @@ def targets_in(node: Any, prefix: str) -> list[tuple[str, str]]:
     return out
 
 
+def interpolations_in(node: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """(dotted key, value) of every string holding an interpolation (`${...}`) in a plain container."""
+    if isinstance(node, Mapping):
+        return [hit for key, value in node.items() for hit in interpolations_in(value, f"{prefix}{key}.")]
+    if isinstance(node, list):
+        return [hit for i, value in enumerate(node) for hit in interpolations_in(value, f"{prefix[:-1]}[{i}].")]
+    return [(prefix[:-1], node)] if isinstance(node, str) and "${" in node else []
+
+
 def check_targets(node: Any, key: str, groups: str | tuple[str, ...], source: str | Path) -> None:
     """Refuse (UnsafeConfigError) any `_target_` under `node` (the config's `key`) that no file of conf/GROUP (one
     of `groups`) names."""
@@ -89,12 +101,18 @@ def load_run_config(run_dir: str | Path, components: Mapping[str, str | tuple[st
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory (no {name}); pass run=runs/NAME")
     try:
-        raw = OmegaConf.load(path)
-        cfg = OmegaConf.create(OmegaConf.to_container(raw, resolve=True))
+        raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     except Exception as err:
         raise UnsafeConfigError(f"{path} cannot be read as a run config ({type(err).__name__}: "
                                 f"{str(err).splitlines()[0] if str(err) else ''}); restore it from the run's source "
                                 "or train the run again") from None
+    hand_made = interpolations_in(raw)
+    if hand_made:
+        where, value = hand_made[0]
+        raise UnsafeConfigError(f"{path}: {where}={value!r} is an interpolation, which a run's config (written resolved) "
+                                "never holds: it was added by hand and could read other values (environment variables) "
+                                "into the run. Fix: write the value itself")
+    cfg = OmegaConf.create(raw)
     for key, group in components.items():
         if cfg.get(key) is not None:
             check_targets(cfg[key], key, group, path)

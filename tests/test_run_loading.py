@@ -66,14 +66,16 @@ def test_a_run_loads_and_a_relocated_component_still_loads(run):
 # --- class 1: opening a run must not execute it ----------------------------------------------------------
 def crafted(sentinel: Path) -> dict[str, dict]:
     """Config edits that write `sentinel` when built: a file copy (which Hydra's own blocklist lets through, unlike
-    os.system), or the project's own file writer where a component belongs. The run's checksums.json is removed too,
-    as an attacker would, so the allow-list alone stands in the way."""
+    os.system), or the project's own file writer where a component belongs; or that carry an environment variable
+    into a model id. The run's checksums.json is removed too, as an attacker would, so the allow-list alone stands
+    in the way."""
     copy = {"_target_": "shutil.copyfile", "_args_": ["/etc/hostname", str(sentinel)]}
     return {
         "component target": {"encoder": copy},
         "projector": {"projector": copy},
         "nested argument": {"backbone.load_kwargs": {"quantization_config": copy}},
         "interpolation": {"evil": "shutil.copyfile", "encoder": {"_target_": "${evil}", "_args_": copy["_args_"]}},
+        "environment variable": {"backbone.model_id": "hf-org/${oc.env:HOME}"},  # sent to a hub as a model id
         "fused tower": {"encoder": {"_target_": "vlm.encoders.FusedEncoder", "encoders": {"a": copy, "b": copy}}},
         "project function in the wrong place": {"encoder": {"_target_": "data.atomic.write_json",
                                                             "_args_": [str(sentinel), "pwned"]}},
@@ -92,7 +94,10 @@ def test_a_crafted_config_is_refused_by_vlm_load_and_runs_nothing(run, tmp_path,
     craft(run, sentinel, case)
     key = {"projector": "projector", "nested argument": "backbone.load_kwargs", "fused tower": "encoder.encoders",
            "list element": r"encoder\.model_kwargs\.hooks\[0\]"}.get(case, "encoder")
-    with pytest.raises(UnsafeConfigError, match=rf"{run / 'config.yaml'}: {key}[\w.]*\._target_=.* is not one of the project's"):
+    interpolated = case in ("interpolation", "environment variable")
+    where = r"backbone\.model_id" if case == "environment variable" else rf"{key}[\w.]*\._target_"
+    why = "is an interpolation, which a run's config" if interpolated else "is not one of the project's"
+    with pytest.raises(UnsafeConfigError, match=rf"{run / 'config.yaml'}: {where}=.* {why}"):
         vlm.load(run)
     assert not sentinel.exists()
 
