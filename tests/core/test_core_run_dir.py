@@ -228,7 +228,7 @@ def test_good_weights_load_and_a_run_without_checksums_loads_as_before(weights):
     (lambda b: b"\xff" * 8 + b[8:], "not a readable safetensors file"),            # corrupted header length
     (lambda b: b[:8] + b"{" * 10 + b[18:], "not a readable safetensors file"),     # corrupted header text
     (lambda b: b"", "not a readable safetensors file"),                            # empty
-])
+], ids=["truncated tail", "truncated header", "corrupted header length", "corrupted header text", "empty"])
 def test_truncated_or_corrupted_weights_fail_naming_the_file(weights, damage, match):
     weights.write_bytes(damage(weights.read_bytes()))
     with pytest.raises(WeightsError, match=rf"{weights}.*{match}"):
