@@ -23,13 +23,16 @@ from core.cli import exit_on_user_error
 from core.imported import UsageError
 from core.launch import ProcessFailed
 from vlm.hf_llava import HFLlavaError
-from core.run import evaluate
+from core.run import RunDirError, evaluate
+from core.run_lock import RunLockedError
+from core.safe_load import UnsafeConfigError
+from core.weights import WeightsError
 
 
 @hydra.main(config_path="conf", config_name="eval", version_base="1.3")
 def main(cfg: DictConfig) -> dict:
     with exit_on_user_error(ComponentLoadError, DataError, FileNotFoundError, ScoringError, UsageError, HFLlavaError,
-                            ProcessFailed):
+                            ProcessFailed, RunDirError, RunLockedError, UnsafeConfigError, WeightsError):
         return evaluate(cfg)
 
 

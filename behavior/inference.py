@@ -3,6 +3,11 @@
 A run directory holds `config.yaml`, `model.safetensors` (weights and the
 normalisation buffers), `policy.json` (the shapes the policy was built with)
 and, for token policies, `tokenizer/` (the fitted action tokenizer).
+
+Loading runs none of the run's code (core/safe_load.py): the policy's `_target_` (from config.yaml, with the
+arguments of policy.json merged in) must be one of conf/policy's, and a saved tokenizer's one of
+behavior.tokenizers'. The weights are checked before use (core/weights.py): checksum, readability, finite
+values, shapes, and the `policy` config they were trained with.
 """
 
 from __future__ import annotations
@@ -10,20 +15,23 @@ from __future__ import annotations
 from pathlib import Path
 
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
-from safetensors.torch import load_model
 
 from behavior.codec import ActionCodec
 from behavior.tokenizers import load_tokenizer
+from core.safe_load import UnsafeConfigError, check_targets, load_run_config
+from core.weights import load_weights, verify_config
 from data.atomic import read_json, write_json
 
 SPEC = "policy.json"
 
 
-def build_policy(node, kwargs: dict, shape: dict, codec: ActionCodec | None):
-    """Instantiate `cfg.policy` (GPT with a codec, or the continuous MLP) for these shapes."""
+def build_policy(node, kwargs: dict, shape: dict, codec: ActionCodec | None, source: str | None = None):
+    """Instantiate `cfg.policy` (GPT with a codec, or the continuous MLP) for these shapes; with `source` (the run
+    directory being opened) the merged arguments may name no `_target_` but conf/policy's."""
     args = {k: v for k, v in node.items() if k not in ("name", "tokenized")}
     args.update(kwargs)
+    if source is not None:
+        check_targets(args, "policy", "policy", source)
     if node.get("tokenized"):
         return instantiate(args, codec=codec)
     return instantiate(args, action_dim=shape["action_dim"], chunk_size=shape["chunk_size"])
@@ -42,13 +50,17 @@ def load(run_dir, device: str = "cpu"):
     for name in ("config.yaml", SPEC, "model.safetensors"):
         if not (run_dir / name).exists():
             raise FileNotFoundError(f"{run_dir / name} is missing: is {run_dir} a finished behavior run?")
-    cfg = OmegaConf.load(run_dir / "config.yaml")
+    cfg = load_run_config(run_dir, {"policy": "policy"})
     spec = read_json(run_dir / SPEC)
+    if not isinstance(spec, dict) or not isinstance(spec.get("kwargs"), dict) or not isinstance(spec.get("shape"), dict):
+        raise UnsafeConfigError(f"{run_dir / SPEC} is not a policy spec ({{\"kwargs\": {{...}}, \"shape\": {{...}}}}); "
+                                "restore it from the run's source or retrain")
+    verify_config(run_dir, cfg, ("policy",))
     codec = None
     if cfg.policy.get("tokenized"):
         shape = spec["shape"]
         codec = ActionCodec(load_tokenizer(str(run_dir / "tokenizer")), shape["chunk_size"], shape["action_dim"],
                             max_tokens=shape.get("max_tokens"))
-    policy = build_policy(cfg.policy, spec["kwargs"], spec["shape"], codec)
-    load_model(policy, str(run_dir / "model.safetensors"), device=device)
+    policy = build_policy(cfg.policy, spec["kwargs"], spec["shape"], codec, source=f"{run_dir / 'config.yaml'} + {SPEC}")
+    load_weights(policy, run_dir / "model.safetensors", run_dir, device=device, part_key=lambda _: "policy")
     return policy.to(device).eval()

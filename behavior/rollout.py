@@ -28,11 +28,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table
 
 from behavior.metaworld import HORIZON, make_env, select_config, task_names
+from core.safe_load import load_run_config
 from data.atomic import atomic_file
 
 console = Console()
@@ -164,7 +164,7 @@ class RolloutBenchmark:
 
         if cfg.get("threads"):
             torch.set_num_threads(int(cfg.threads))
-        run_cfg = OmegaConf.load(Path(run_dir) / "config.yaml")
+        run_cfg = load_run_config(run_dir, {"policy": "policy"})
         if run_cfg.task.get("name") != "behavior":
             raise ValueError(f"{run_dir} is a {run_cfg.task.get('name')!r} run; rollouts need a behavior run (task=behavior)")
         policy = load(run_dir)

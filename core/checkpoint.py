@@ -2,9 +2,13 @@
 
 `AtomicCheckpointIO` writes every checkpoint to a temporary file, syncs it to
 disk and renames it into place, so a kill during a write leaves the previous
-checkpoint intact (and a stray `*.tmp`, which `remove_stray_tmp` clears).
+checkpoint intact (and a stray `*.tmp`, which `remove_stray_tmp` clears); the
+checksum of each checkpoint written into a run's `checkpoints/` is recorded in the
+run's checksums.json (core/weights.py).
 `resume_checkpoint` picks what a restarted run continues from: `last.ckpt`, or
-when that cannot be read, the newest readable `step=N.ckpt`. `peek` reads a
+when that cannot be read or fails its checksum, the newest good `step=N.ckpt`;
+when checkpoints exist but none is good it raises `CheckpointError` (restarting
+from step 0 would silently throw the run's progress away). `peek` reads a
 checkpoint's small bookkeeping entries without unpickling code (for an FSDP
 sharded checkpoint, a directory, from its `meta.pt`).
 """
@@ -17,13 +21,21 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from safetensors.torch import save_model
 
+from core.weights import record_file, verify_file
 from data.atomic import atomic_file
+
+
+class CheckpointError(RuntimeError):
+    """The run has checkpoints, but none it can continue from."""
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint, path, storage_options=None):
-        with atomic_file(Path(path), fsync=True) as tmp:
+        path = Path(path)
+        with atomic_file(path, fsync=True) as tmp:
             super().save_checkpoint(checkpoint, tmp, storage_options)
+        if path.parent.name == "checkpoints":  # a run's checkpoint: <run_dir>/checkpoints/NAME.ckpt
+            record_file(path.parent.parent, path)
 
 
 def peek(path: Path) -> dict:
@@ -50,17 +62,27 @@ def step_of(path: Path) -> int:
 
 
 def resume_checkpoint(ckpt_dir: Path) -> Path | None:
-    """`last.ckpt` if it can be read, else the newest readable `step=N.ckpt`, else None."""
+    """`last.ckpt` if it can be read and matches its checksum, else the newest such `step=N.ckpt`; None when there
+    is no checkpoint; CheckpointError when there are checkpoints but none of them is good."""
     ckpt_dir = Path(ckpt_dir)
     steps = sorted((p for p in ckpt_dir.glob("step=*.ckpt") if step_of(p) >= 0), key=step_of, reverse=True)
+    bad = []
     for path in [ckpt_dir / "last.ckpt", *steps]:
         if not path.exists():
             continue
         try:
+            if path.is_file():
+                verify_file(ckpt_dir.parent, path)
             peek(path)
             return path
         except Exception as err:  # a truncated or corrupt file: fall back to an older checkpoint
-            print(f"checkpoint {path} cannot be read ({type(err).__name__}); trying an older one")
+            reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+            print(f"checkpoint {path} cannot be used ({type(err).__name__}: {reason}); trying an older one")
+            bad.append(f"{path.name} ({reason})")
+    if bad:
+        raise CheckpointError(f"{ckpt_dir}: no checkpoint the run can continue from: {'; '.join(bad)}. Restarting at step 0 "
+                              "would discard the run's progress, so it stops here. Fix: restore a good copy of "
+                              f"{ckpt_dir / 'last.ckpt'}, or delete {ckpt_dir} to train the unfinished phase from its start")
     return None
 
 

@@ -21,9 +21,11 @@ def group_options(group: str) -> list[str]:
 
 
 def group_option(group: str, name: str) -> DictConfig:
-    """conf/GROUP/NAME.yaml as a config node; a clear error listing the choices when there is none."""
+    """conf/GROUP/NAME.yaml as a config node; a clear error listing the choices when there is none. A name that
+    leaves conf/GROUP (`../`, an absolute path: a run's config naming a file of its own) is no option."""
+    folder = (CONF_DIR / group).resolve()
     path = CONF_DIR / group / f"{name}.yaml"
-    if not path.is_file():
+    if not path.is_file() or not path.resolve().is_relative_to(folder):
         raise ValueError(f"unknown {group} {name!r}: no {path}; choose from {group_options(group)}")
     return OmegaConf.load(path)
 

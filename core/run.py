@@ -23,6 +23,12 @@ Several processes (DDP / FSDP, launched by Lightning, srun or torchrun) all run
 `train`; only rank 0 writes the run's files, every rank takes part in
 checkpoint saves, and a barrier ends each phase (docs/scaling.md). The Trainer
 itself is built in core/trainer.py.
+
+Rerunning a command never loses what its run recorded (docs/reliability.md): rank 0 holds the run's lock
+(core/run_lock.py; `run.lock_wait`) while it trains and evaluates, `results.json`'s `train` section keeps the
+figures of phases finished earlier (also kept per phase in progress.json), the weights are checksummed with the
+config they were trained with (core/weights.py), and a run whose checkpoints all fail stops instead of
+restarting from step 0 (core/checkpoint.py).
 """
 
 from __future__ import annotations
@@ -40,16 +46,17 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
-from safetensors.torch import load_model
 from typing_extensions import get_protocol_members
 
-from data.atomic import read_json, write_json
+from data.atomic import atomic_file, read_json, write_json
 from core.checkpoint import peek, remove_stray_tmp, resume_checkpoint
 from core.interfaces import Task
 from core.loggers import build_loggers, log_artifacts
+from core.run_lock import run_lock
 from core.strategies import fsdp_wrapped, save_weights
 from core.throughput import ThroughputMonitor
 from core.trainer import build_trainer, world_size
+from core.weights import load_weights, record_config, record_file
 
 console = Console()
 # Frozen parts are kept in eval mode on purpose (TrainModule.train); Lightning's notice about it is noise.
@@ -58,12 +65,13 @@ warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
 
 def run_name(cfg: DictConfig) -> str:
     """`run.name` if set, else `run.name_parts` joined by '-' with the first 8 hex digits of the SHA-1 of the
-    resolved config (`run.name` and the after-training evaluation `eval` left out: adding a benchmark to a finished
-    run evaluates it instead of training a new one)."""
+    resolved config (`run.name`, `run.lock_wait` and the after-training evaluation `eval` left out: adding a benchmark
+    to a finished run evaluates it instead of training a new one)."""
     if cfg.run.get("name"):
         return str(cfg.run.name)
     body = OmegaConf.to_container(cfg, resolve=True)
     body["run"].pop("name", None)
+    body["run"].pop("lock_wait", None)
     body.pop("eval", None)
     digest = hashlib.sha1(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:8]
     parts = [str(p) for p in cfg.run.get("name_parts") or []]
@@ -85,10 +93,24 @@ def build_task(cfg: DictConfig) -> Task:
     return task
 
 
+class RunDirError(RuntimeError):
+    """A record of a run directory that cannot be read; the message names the file and the fix."""
+
+
+def read_record(path: Path, default: dict) -> dict:
+    """A run's JSON record (`default` when absent); a damaged one stops the run, naming the file, instead of being
+    overwritten."""
+    try:
+        return read_json(path, default=default)
+    except (ValueError, OSError) as err:
+        raise RunDirError(f"{path} cannot be read ({type(err).__name__}: {err}); the run stops rather than overwrite "
+                          "it. Fix: restore the file from a copy of the run, or move it aside to start the record over") from None
+
+
 def update_results(run_dir: Path, new: dict) -> dict:
     """Merge `new` into `run_dir/results.json` (top-level keys replaced) and return the merged results."""
     path = run_dir / "results.json"
-    results = read_json(path, default={})
+    results = read_record(path, default={})
     results.update(new)
     write_json(path, results)
     return results
@@ -157,19 +179,29 @@ def convert_fp8(model: torch.nn.Module, trainer_cfg: DictConfig, report: bool) -
 
 
 def train(cfg: DictConfig) -> dict:
-    """Train every phase of the recipe (resuming where a previous run of the same command stopped)."""
+    """Train every phase of the recipe (resuming where a previous run of the same command stopped), holding the
+    run's lock on rank 0 (the ranks of one run are one writer)."""
     task = build_task(cfg)
+    run_dir = run_dir_of(cfg)
+    if rank_zero_only.rank != 0:
+        return _train(cfg, task, run_dir)
+    with run_lock(run_dir, wait=float(cfg.run.get("lock_wait") or 0), key="run.lock_wait"):
+        return _train(cfg, task, run_dir)
+
+
+def _train(cfg: DictConfig, task: Task, run_dir: Path) -> dict:
     if cfg.trainer.get("threads"):
         torch.set_num_threads(int(cfg.trainer.threads))
-    name = run_name(cfg)
-    run_dir = Path(cfg.run.root) / name
+    name = run_dir.name
     main = rank_zero_only.rank == 0  # with several processes only rank 0 writes the run's files
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-    if main:
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-        remove_stray_tmp(run_dir / "checkpoints")
     progress_path = run_dir / "progress.json"
-    progress = read_json(progress_path, default={"completed": {}})
+    progress = read_record(progress_path, default={"completed": {}})
+    previous_train = read_record(run_dir / "results.json", default={}).get("train", {}) if main else {}
+    if main:
+        with atomic_file(run_dir / "config.yaml") as tmp:
+            tmp.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        remove_stray_tmp(run_dir / "checkpoints")
     last_ckpt = run_dir / "checkpoints" / "last.ckpt"
     weights = run_dir / "model.safetensors"
 
@@ -182,7 +214,7 @@ def train(cfg: DictConfig) -> dict:
     if cfg.get("init_from") and not progress["completed"] and not last_ckpt.exists():
         # start from another run's weights, or from a checkpoint the task itself recognises (VLM: an HF Llava folder)
         if not task.init_from(model, Path(cfg.init_from)):
-            load_model(model, str(Path(cfg.init_from) / "model.safetensors"))
+            load_weights(model, Path(cfg.init_from) / "model.safetensors")
     results: dict = {"run_dir": str(run_dir)}
     step_offset = 0
     loggers: list = []
@@ -197,7 +229,11 @@ def train(cfg: DictConfig) -> dict:
             model = task.build_model(cfg, run_dir)
             convert_fp8(model, cfg.trainer, report=False)
         if not resume and weights.exists():
-            load_model(model, str(weights))  # the previous phase's final weights
+            load_weights(model, weights)  # the previous phase's final weights
+        elif not resume and progress["completed"]:  # never start a later phase from fresh weights
+            raise RunDirError(f"{progress_path} records finished phases {list(progress['completed'])}, but {weights}, the "
+                              f"weights phase {phase.name} starts from, is missing. Fix: restore it from a copy of the run, "
+                              f"or delete {run_dir} to train the run again")
         world = world_size(cfg.trainer)
         micro, accumulate = micro_batch(cfg, phase, world)
         datamodule = task.build_datamodule(cfg, phase, model, run_dir, micro_batch_size=micro, seed=cfg.seed + index)
@@ -217,18 +253,26 @@ def train(cfg: DictConfig) -> dict:
         if trainer.strategy.broadcast(stale, src=0):
             trainer.save_checkpoint(last_ckpt, weights_only=False)  # every rank takes part in a save
         save_weights(trainer.strategy, model, weights)  # rank 0 writes; under FSDP every rank gathers
+        figures = {f"{phase.name}/train_loss": float(trainer.callback_metrics.get("train/loss", float("nan")))}
+        figures.update({f"{phase.name}/{k}": v for k, v in datamodule.report().items()})
+        for monitor in (c for c in trainer.callbacks if isinstance(c, ThroughputMonitor) and c.total_flops is not None):
+            figures[f"{phase.name}/train_flops"] = monitor.total_flops  # the core's counter, all ranks
         if trainer.global_rank == 0:
+            record_file(run_dir, weights)
+            record_config(run_dir, cfg)
             progress["completed"][phase.name] = steps
+            progress.setdefault("figures", {})[phase.name] = figures  # a later rerun keeps them
             write_json(progress_path, progress)
         trainer.strategy.barrier("phase-end")  # the next phase reads what rank 0 wrote
         step_offset += steps
-        results[f"{phase.name}/train_loss"] = float(trainer.callback_metrics.get("train/loss", float("nan")))
-        results.update({f"{phase.name}/{k}": v for k, v in datamodule.report().items()})
-        for monitor in (c for c in trainer.callbacks if isinstance(c, ThroughputMonitor) and c.total_flops is not None):
-            results[f"{phase.name}/train_flops"] = monitor.total_flops  # the core's counter, all ranks
+        results.update(figures)
         for logger in loggers:
             logger.finalize("success")
     if main:
+        # phases finished by an earlier process keep their figures (results.json, else progress.json)
+        earlier = {k: v for figures in progress.get("figures", {}).values() for k, v in figures.items()}
+        results = {"run_dir": results["run_dir"], **previous_train, **earlier,
+                   **{k: v for k, v in results.items() if k != "run_dir"}}
         update_results(run_dir, {"train": {k: v for k, v in results.items() if k != "run_dir"}})
         log_artifacts(loggers, [run_dir / "config.yaml", run_dir / "results.json"])
         print_report(results, title=f"run {name}")
@@ -254,7 +298,7 @@ def evaluate(cfg: DictConfig) -> dict | None:
     benchmark, which shares the items out (a benchmark with `shardable = True`); rank 0 gets the metrics, writes
     results.json and returns them, the other ranks return None."""
     from core.imported import UsageError, imported_run_dir
-    from core.launch import processes, rank_world
+    from core.launch import rank_world
 
     if cfg.get("run") and cfg.get("init_from"):
         raise UsageError(f"run={cfg.run} and init_from={cfg.init_from} are exclusive: run= evaluates a trained run, "
@@ -270,6 +314,16 @@ def evaluate(cfg: DictConfig) -> dict | None:
         run_dir = Path(cfg.run)
     if not (run_dir / "config.yaml").exists():
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml); pass run=runs/NAME")
+    if first:  # the ranks of one evaluation are one writer; the training that evaluates its run holds the lock already
+        with run_lock(run_dir, wait=float(cfg.get("lock_wait") or 0), key="lock_wait"):
+            return _evaluate(cfg, run_dir)
+    return _evaluate(cfg, run_dir)
+
+
+def _evaluate(cfg: DictConfig, run_dir: Path) -> dict | None:
+    from core.imported import UsageError
+    from core.launch import processes
+
     benchmark = instantiate(cfg.benchmark, _recursive_=False)
     devices = int(cfg.get("devices") or 1)
     if devices < 1:
@@ -280,7 +334,7 @@ def evaluate(cfg: DictConfig) -> dict | None:
         metrics = benchmark(run_dir, cfg)
     if rank != 0:
         return None
-    previous = read_json(run_dir / "results.json", default={})
+    previous = read_record(run_dir / "results.json", default={})
     # top level: the latest evaluation's metrics (flat); `benchmarks`: every benchmark evaluated so far
     update_results(run_dir, {**metrics, "benchmark": cfg.benchmark.name,
                              "benchmarks": {**previous.get("benchmarks", {}), cfg.benchmark.name: metrics}})

@@ -22,6 +22,8 @@ sys.path.insert(0, str(ROOT))
 from PIL import Image  # noqa: E402
 
 import vlm.inference  # noqa: E402
+from core.safe_load import UnsafeConfigError  # noqa: E402
+from core.weights import WeightsError  # noqa: E402
 
 
 def open_image(path: str | None) -> Image.Image | None:
@@ -46,12 +48,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, help="makes sampling reproducible")
     ap.add_argument("--stop", action="append", default=[], help="cut answers at this string (repeatable)")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--trust-remote-code", action="store_true",
+                    help="let a backbone whose config asks for it run its model's own code (off: refused)")
     return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    model = vlm.inference.load(args.run_dir, device=args.device)
+    try:
+        model = vlm.inference.load(args.run_dir, device=args.device, trust_remote_code=args.trust_remote_code)
+    except (FileNotFoundError, UnsafeConfigError, WeightsError) as err:
+        raise SystemExit(f"chat: {err}") from None
     try:
         image = open_image(args.image)
     except ValueError as err:

@@ -25,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from core.safe_load import UnsafeConfigError  # noqa: E402
+from core.weights import WeightsError  # noqa: E402
 from vlm.hf_llava import HFLlavaError, export_run  # noqa: E402
 
 
@@ -33,10 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path, help="a finished run (config.yaml + model.safetensors)")
     parser.add_argument("out_dir", type=Path, help="the folder to write (replaced if it exists)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="dtype of the saved weights")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="let a backbone whose config asks for it run its model's own code (off: refused)")
     args = parser.parse_args(argv)
     try:
-        out = export_run(args.run_dir, args.out_dir, getattr(torch, args.dtype))
-    except (HFLlavaError, FileNotFoundError) as err:
+        out = export_run(args.run_dir, args.out_dir, getattr(torch, args.dtype), trust_remote_code=args.trust_remote_code)
+    except (HFLlavaError, FileNotFoundError, UnsafeConfigError, WeightsError) as err:
         print(f"export_hf: {err}", file=sys.stderr)
         return 1
     print(f"wrote {out}")

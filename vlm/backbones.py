@@ -3,7 +3,8 @@
 A backbone is a hub id, a local folder written by `save_pretrained`, or
 `tiny:NAME`, a tiny flavour's local checkpoint (vlm/tiny/) loaded the same way. A tokenizer without a
 pad token gets one, and the embeddings are resized (to a multiple of 64).
-`trust_remote_code` stays off unless the config turns it on.
+`trust_remote_code` stays off unless the config turns it on; a trained run is reopened with it only on the
+caller's explicit opt-in (`vlm.load(..., trust_remote_code=True)`, core/safe_load.py).
 `gradient_checkpointing=True` turns on HF activation checkpointing
 (use_reentrant=False) of the decoder layers; HF applies it only while the model
 is in training mode, i.e. in phases that train the backbone (a frozen part is

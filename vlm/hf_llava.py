@@ -323,13 +323,14 @@ def verify_processor(model, path: Path, image_id: int, num_patches: int, image_s
             warnings.warn(msg + "; single-turn prompts match exactly", stacklevel=3)
 
 
-def export_run(run_dir: str | Path, out_dir: str | Path, dtype: torch.dtype = torch.float32) -> Path:
-    from omegaconf import OmegaConf
+def export_run(run_dir: str | Path, out_dir: str | Path, dtype: torch.dtype = torch.float32,
+               trust_remote_code: bool = False) -> Path:
+    """Export the run in `run_dir` (loaded by vlm.load, which runs none of the run's code unless `trust_remote_code`)."""
+    from core.safe_load import load_run_config
+    from vlm.inference import COMPONENTS, load
 
-    from vlm.inference import load
-
-    model = load(run_dir)
-    strategy = OmegaConf.load(Path(run_dir) / "config.yaml").encoder.get("image_strategy", "resize-naive")
+    model = load(run_dir, trust_remote_code=trust_remote_code)
+    strategy = load_run_config(run_dir, COMPONENTS).encoder.get("image_strategy", "resize-naive")
     return export(model, out_dir, strategy, dtype)
 
 

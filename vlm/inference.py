@@ -1,7 +1,11 @@
 """`vlm.load(run_dir)`: the VLM of a run, ready for `generate` / `score`.
 
 A trained run: the components are rebuilt from the run's `config.yaml` (the same builders as training) and the
-weights of the latest finished phase are loaded from `model.safetensors`.
+weights of the latest finished phase are loaded from `model.safetensors`. Opening a run runs none of its code
+(core/safe_load.py): every `_target_` under `encoder`, `backbone` and `projector` must be one of conf/'s, and a
+`backbone.trust_remote_code` is honoured only with the caller's `trust_remote_code=True`. The weights are checked
+before use (core/weights.py): their checksum, readability, finite values, shapes, and the config values they
+were trained with (a hand-edited `backbone.prompt_format` fails, naming the key).
 
 An imported run (`python evaluate.py init_from=HF_LLAVA_DIR ...`, written by core/imported.py): its `config.yaml`
 holds `imported.source`, an HF Llava folder (`config.json` with `model_type: llava`), and the VLM is built from that
@@ -27,8 +31,9 @@ import torch
 from omegaconf import OmegaConf
 from rich.console import Console
 from safetensors import safe_open
-from safetensors.torch import load_model
 
+from core.safe_load import check_remote_code, load_run_config
+from core.weights import load_weights, verify_config
 from vlm.model import VLM, build_vlm
 
 console = Console()
@@ -37,13 +42,16 @@ TEXT_KEYS = {r"^model\.language_model\.": "model.", r"^language_model\.model\.":
 TIMM_ARCH = {"clip": "vit_large_patch14_clip_336", "siglip": "vit_base_patch16_siglip_224"}
 TIMM_ACT = {"quick_gelu": "quick_gelu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
 DEFAULT_FORMAT = "vicuna"
+COMPONENTS = {"encoder": "encoder", "backbone": "backbone", "projector": "projector"}  # config key: its conf/ group
+MODEL_KEYS = (*COMPONENTS, "lora")  # the config keys that define the weights
 
 
-def load(run_dir: str | Path, device: str | torch.device = "cpu") -> VLM:
+def load(run_dir: str | Path, device: str | torch.device = "cpu", trust_remote_code: bool = False) -> VLM:
+    """The VLM of a run; `trust_remote_code=True` lets a backbone that asks for it run its model's own code."""
     run_dir = Path(run_dir)
     config, weights = run_dir / "config.yaml", run_dir / "model.safetensors"
     if config.exists():
-        cfg = OmegaConf.load(config)
+        cfg = load_run_config(run_dir, COMPONENTS)
         if cfg.get("imported"):
             imp = cfg.imported
             return from_hf_llava(imp.source, image_strategy=imp.get("image_strategy"),
@@ -51,8 +59,11 @@ def load(run_dir: str | Path, device: str | torch.device = "cpu") -> VLM:
     for path in (config, weights):
         if not path.exists():
             raise FileNotFoundError(f"{path} not found: {run_dir} is not a finished run (train it with train.py first)")
-    model = build_vlm(OmegaConf.load(config))
-    load_model(model, str(weights))
+    check_remote_code(cfg, "backbone", trust_remote_code, config,
+                      "vlm.load(RUN_DIR, trust_remote_code=True), evaluate.py trust_remote_code=true, or --trust-remote-code")
+    verify_config(run_dir, cfg, MODEL_KEYS)
+    model = build_vlm(cfg)
+    load_weights(model, weights, run_dir)
     return model.to(device).eval()
 
 

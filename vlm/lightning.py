@@ -238,11 +238,14 @@ class VLMTask:
         """A LoRA model starting from a run trained without LoRA: its weights under the adapters' base layers."""
         from safetensors.torch import load_file
 
+        from core.weights import check_file, verify_file
         from vlm.lora import is_adapter, load_plain_weights
 
         weights = Path(path) / "model.safetensors"
         if not has_lora(model) or not weights.exists():
             return False
+        verify_file(Path(path), weights)  # damaged weights fail naming the file (core/weights.py)
+        check_file(weights)
         state = load_file(str(weights))
         if any(is_adapter(k) for k in state):
             return False  # a LoRA run: core.run loads it as it is

@@ -215,7 +215,7 @@ class Runner:
         if not log.exists():
             read_log(log, meta)  # a new part: its `_meta` line
         device, precision = local_device(cfg), precision_of(cfg)
-        model = vlm.load(run_dir, device=device)
+        model = vlm.load(run_dir, device=device, trust_remote_code=bool(cfg.get("trust_remote_code")))
         if precision != "float32":  # the language model in the GPU's precision; the vision tower stays float32
             model.backbone.to(PRECISIONS[precision])
         rank, world = rank_world()

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import OmegaConf
 
+from core.safe_load import load_run_config
 from data.sources import resolve
 from data.atomic import read_json
 from eval.runners.base import Item, Runner
@@ -31,7 +31,7 @@ class SortOfClevr(Runner):
         """(test file, image folder): under `root` when set, else the run's own generated data."""
         if self.root:
             return self.root / "test.json", self.root
-        run_cfg = OmegaConf.load(run_dir / "config.yaml")
+        run_cfg = load_run_config(run_dir, {"data": ("data", "world")})  # its data generator is one of conf/'s
         if (run_cfg.get("data") or {}).get("name") != "sort_of_clevr":  # an imported checkpoint has no data
             raise FileNotFoundError(f"{run_dir} was not trained on sort_of_clevr data: pass benchmark.root=DIR (a generated dataset folder)")
         source = resolve(run_cfg.data)

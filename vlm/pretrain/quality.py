@@ -26,16 +26,16 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
+
+from core.safe_load import load_run_config
 
 from vlm.pretrain.world import caption_records, dialogues, load_image, scene_categories, scenes, text_lines, world_folder
 
 
 def run_config(run_dir: Path) -> DictConfig:
-    path = Path(run_dir) / "config.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml); pass run=runs/NAME")
-    return OmegaConf.load(path)
+    """The run's config; its world generator must be one of conf/world's (opening a run runs none of its code)."""
+    return load_run_config(run_dir, {"world": "world"})
 
 
 def export_dir(run_dir: Path) -> Path:
@@ -158,12 +158,12 @@ class EncoderProbe:
     def retrieval(self, rcfg: DictConfig, run_dir: Path, world: Path) -> dict[str, float]:
         """R@1 of the run's own image and text towers (model.safetensors) on the captions it held out."""
         from open_clip.tokenizer import SimpleTokenizer
-        from safetensors.torch import load_model
 
+        from core.weights import load_weights
         from vlm.pretrain.encoder_task import EncoderPretrainTask, tower_transform
 
         model = EncoderPretrainTask().build_model(rcfg, run_dir)
-        load_model(model, str(run_dir / "model.safetensors"))
+        load_weights(model, run_dir / "model.safetensors", run_dir)
         model.eval()
         held = caption_records(world)[-int(rcfg.encoder_pretrain.holdout):]
         transform = tower_transform(model.tower)
