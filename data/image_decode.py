@@ -22,12 +22,18 @@ sees the same pixels. What it does, in order:
 `image_path(root, rel, allow_outside)` is where a dataset's relative image path is allowed to point: paths that
 leave the image root (`..`, an absolute path, a symlink whose target is outside) are refused unless
 `allow_outside` (config key `data.allow_images_outside_root`).
+
+`ImagePolicy` carries the three data settings (`data.max_image_pixels`, `data.oversize_images`,
+`data.allow_images_outside_root`) from the config to validation (data/llava.py) and decoding. The keys are not
+written into conf/data/*.yaml (a run's name hashes its config: existing runs keep theirs); absent means the
+defaults here, and a command line sets them with `+data.KEY=VALUE`.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +50,39 @@ SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
 
 class ImageDecodeError(DataError):
     """An image file that cannot be decoded into RGB pixels; the message names the file and the reason."""
+
+
+@dataclass(frozen=True)
+class ImagePolicy:
+    """How a dataset's images are found and decoded (the `data.*` keys named in the module docstring)."""
+
+    max_pixels: int | None = DEFAULT_MAX_PIXELS
+    oversize: str = "refuse"
+    allow_outside_root: bool = False
+
+    def __post_init__(self):
+        if self.oversize not in OVERSIZE_POLICIES:
+            raise ValueError(f"data.oversize_images={self.oversize!r}; choose one of {OVERSIZE_POLICIES}")
+
+    @classmethod
+    def from_config(cls, data_cfg) -> ImagePolicy:
+        """The policy of a `data` config node (absent keys: the defaults)."""
+        get = data_cfg.get if data_cfg is not None else (lambda key, default=None: default)
+        max_pixels = get("max_image_pixels", DEFAULT_MAX_PIXELS)
+        return cls(None if max_pixels is None else int(max_pixels), str(get("oversize_images", "refuse")),
+                   bool(get("allow_images_outside_root", False)))
+
+    def decode(self, path: str | Path) -> Image.Image:
+        return decode_image(path, self.max_pixels, self.oversize)
+
+    def path(self, root: str | Path, rel: str) -> Path:
+        return image_path(root, rel, self.allow_outside_root)
+
+    def refuses_size(self, width: int, height: int) -> bool:
+        return self.oversize == "refuse" and self.max_pixels is not None and width * height > self.max_pixels
+
+
+DEFAULT_IMAGES = ImagePolicy()  # the defaults of the data.* image keys
 
 
 def decode_image(path: str | Path, max_pixels: int | None = DEFAULT_MAX_PIXELS, oversize: str = "refuse") -> Image.Image:
@@ -63,7 +102,7 @@ def decode_image(path: str | Path, max_pixels: int | None = DEFAULT_MAX_PIXELS, 
             if too_big and oversize == "refuse":
                 raise ImageDecodeError(
                     f"image {path} is {width}x{height} = {width * height} pixels, over the budget of {max_pixels} "
-                    "(data.max_image_pixels); raise the budget, or set data.oversize_images=downscale to shrink it at decode")
+                    "(+data.max_image_pixels=N); raise the budget, or set +data.oversize_images=downscale to shrink it at decode")
             if too_big and im.format == "JPEG":  # decode a JPEG at a reduced scale instead of at full size
                 im.draft("RGB", fitting_size(width, height, max_pixels))
             rgb = to_rgb(ImageOps.exif_transpose(im), path)
@@ -71,8 +110,9 @@ def decode_image(path: str | Path, max_pixels: int | None = DEFAULT_MAX_PIXELS, 
         raise
     except Exception as err:  # truncated, corrupt, not an image, unsupported mode
         raise ImageDecodeError(f"cannot decode image {path} ({type(err).__name__}: {err})") from err
-    if too_big:
-        size = fitting_size(*rgb.size, max_pixels)
+    if too_big:  # the original's aspect (a JPEG draft rounds it), turned as EXIF turned the image
+        size = fitting_size(width, height, max_pixels)
+        size = size if (rgb.width >= rgb.height) == (width >= height) else size[::-1]
         warnings.warn(f"image {path} ({width}x{height}) is over data.max_image_pixels={max_pixels}: "
                       f"downscaled to {size[0]}x{size[1]} (data.oversize_images=downscale)", stacklevel=2)
         rgb = rgb.resize(size, Image.Resampling.LANCZOS)
@@ -123,7 +163,7 @@ def image_path(root: str | Path, rel: str, allow_outside: bool = False) -> Path:
     root, path = Path(root), Path(root) / rel
     if allow_outside:
         return path
-    fix = "fix the path, or set data.allow_images_outside_root=true if the dataset is meant to point there"
+    fix = "fix the path, or set +data.allow_images_outside_root=true if the dataset is meant to point there"
     if Path(rel).is_absolute():
         raise ImageDecodeError(f"image path {rel!r} is absolute, outside the image root {root}; {fix}")
     inside = root.resolve()

@@ -135,7 +135,7 @@ def extract(archive: Path, target: Path) -> None:
 def convert_to_jpg(folder: Path) -> int:
     """OCR-VQA ships gif/png files that LLaVA's records name `.jpg` (LLaVA: "we save all files as .jpg"): write a
     jpg beside each (first frame of a gif), as Prismatic's convert_to_jpg does. Returns the files written."""
-    from PIL import Image
+    from data.image_decode import decode_image
 
     written = 0
     for entry in track(list(os.scandir(folder)), f"converting {folder.name} to jpg"):
@@ -143,9 +143,7 @@ def convert_to_jpg(folder: Path) -> int:
         jpg = path.with_suffix(".jpg")
         if path.suffix.lower() in (".jpg", ".jpeg") or jpg.exists():
             continue
-        with Image.open(path) as im:
-            im.seek(0)
-            im.convert("RGB").save(jpg)
+        decode_image(path, max_pixels=None).save(jpg)  # the first frame, as training decodes it
         written += 1
     return written
 
