@@ -128,3 +128,16 @@ def test_training_skips_and_counts_an_undecodable_image_or_stops_naming_it(root,
     assert saved["train"]["finetune/skipped/undecodable image"] == 1
     with pytest.raises(DataError, match=r"record cut: cannot decode image .*cut\.jpg"):
         train(run_cfg(tmp_path, path, root, "data.skip_bad=false", "run.name=strict"))
+
+
+@pytest.mark.parametrize("strategy", ["resize-naive", "letterbox"])
+def test_an_image_handed_to_the_transform_in_another_mode_is_converted_as_decoding_does(strategy):
+    from vlm.images import image_transform
+
+    data_config = {"input_size": (3, 8, 8), "interpolation": "bicubic", "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5)}
+    transform = image_transform(data_config, strategy)
+    rgba = Image.new("RGBA", (8, 6), (0, 0, 0, 0))  # transparent black: white once composited
+    white = Image.new("RGB", (8, 6), (255, 255, 255))
+    assert (transform(rgba) == transform(white)).all()
+    sixteen = Image.frombytes("I;16", (8, 6), np.full((6, 8), 32896, dtype="<u2").tobytes())  # mid-gray in 16 bits
+    assert (transform(sixteen) == transform(Image.new("RGB", (8, 6), (128, 128, 128)))).all()
