@@ -313,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
         prepare(args.out, args.source, extras)
     text, missing = format_report(check(args.out, extras))
     print(text)
+    folders = [a.target for a in wanted(ARCHIVES, extras)] + (list(LRV_IMAGES) if "lrv" in extras else [])
+    if any((args.out / folder).is_symlink() for folder in folders):
+        print("note: image folders are symlinked from --source, outside the data root: train with "
+              "+data.allow_images_outside_root=true (data/image_decode.py refuses image paths that leave the root)")
     if missing:
         print(f"incomplete: run `python scripts/prepare_llava.py --out {args.out}"
               + (f" --extras {' '.join(sorted(extras))}" if extras else "") + "` (or train with data.skip_bad=true to skip "
