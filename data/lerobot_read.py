@@ -3,7 +3,8 @@
 Every data file is checked as it is read (`check_frames`): a non-finite value (NaN, inf) in any numeric column,
 and frames out of order within an episode (`frame_index` or `timestamp` not strictly increasing from one row of
 the episode to the next), raise `LeRobotDataError` naming the file, the column, the episode and the frame: a policy
-must not train on them.
+must not train on them. Stored statistics (meta/stats.json, meta/episodes_stats.jsonl) that are not finite are
+refused too, naming the file, the feature and the statistic (a policy normalises its inputs with them).
 """
 
 from __future__ import annotations
@@ -102,6 +103,16 @@ def check_frames(part: dict[str, np.ndarray], path: Path) -> None:
                                    f"of an episode must be stored in time order ({name} increasing)")
 
 
+def finite_stats(stats: dict, where: str) -> dict:
+    """`stats` (feature -> statistic -> array), or LeRobotDataError naming `where`, the feature and the statistic."""
+    for feature, named in stats.items():
+        for name, value in named.items():
+            if not np.isfinite(value).all():
+                raise LeRobotDataError(f"{where}: the stored {name!r} of {feature!r} is not finite ({value.tolist()}); "
+                                       "fix the statistics or delete them (they are then computed from the frames)")
+    return stats
+
+
 def _read_frames(paths: list[Path], features: dict) -> dict[str, np.ndarray]:
     needed = [k for k, ft in features.items() if ft.get("dtype") != "video"]
     for key in INDEX_COLUMNS:
@@ -161,7 +172,8 @@ def _read_v3(root: Path, info: dict):
     locs = sorted(dict.fromkeys((e["data/chunk_index"], e["data/file_index"]) for e in episodes))
     paths = [root / info["data_path"].format(chunk_index=c, file_index=f) for c, f in locs]
     frames = _read_frames(paths, info["features"])
-    stats = stats_from_json(_load_json(root / "meta/stats.json")) if (root / "meta/stats.json").exists() else {}
+    stats_path = root / "meta/stats.json"
+    stats = finite_stats(stats_from_json(_load_json(stats_path)), str(stats_path)) if stats_path.exists() else {}
     return tasks, episodes, frames, stats, paths[0].parent.parent
 
 
@@ -190,7 +202,7 @@ def _read_v21(root: Path, info: dict):
     for n, row in enumerate(_load_jsonl(stats_path)):
         if not isinstance(row.get("stats"), dict):
             raise LeRobotDataError(f"{stats_path}: line {n + 1} lacks a 'stats' object")
-        per_ep.append(stats_from_json(row["stats"]))
+        per_ep.append(finite_stats(stats_from_json(row["stats"]), f"{stats_path}: line {n + 1}"))
     return tasks, episodes, frames, aggregate_stats(per_ep), root / "data"
 
 

@@ -83,3 +83,22 @@ def test_v21_episode_file_with_nan_is_named(tmp_path):
     with pytest.raises(LeRobotDataError, match=r"episode_000001\.parquet: column 'action' holds a non-finite value in "
                                                 r"episode 1, frame_index 2 \(row 2 of the file\)"):
         read_dataset(root)
+
+
+def test_stored_statistics_that_are_not_finite_are_refused(good, tmp_path):
+    import json
+
+    root = tmp_path / "stats"
+    shutil.copytree(good, root)
+    stats = json.loads((root / "meta/stats.json").read_text())
+    stats["action"]["mean"][1] = float("nan")
+    (root / "meta/stats.json").write_text(json.dumps(stats))
+    with pytest.raises(LeRobotDataError, match=r"stats\.json: the stored 'mean' of 'action' is not finite"):
+        read_dataset(root)
+    v21 = write_v21(tmp_path / "v21", make_episodes(n=2, success=False, reward=False))
+    lines = (v21 / "meta/episodes_stats.jsonl").read_text().splitlines()
+    second = json.loads(lines[1])
+    second["stats"]["observation.state"]["std"][0] = float("inf")
+    (v21 / "meta/episodes_stats.jsonl").write_text(lines[0] + "\n" + json.dumps(second) + "\n")
+    with pytest.raises(LeRobotDataError, match=r"episodes_stats\.jsonl: line 2: the stored 'std' of 'observation.state'"):
+        read_dataset(v21)
