@@ -50,20 +50,16 @@ def test_every_scorer_refuses_answers_of_a_type_it_does_not_read(config, bench_r
     official = json.loads((run_dir / "predictions" / f"{runner.name}.json").read_text())
     answer_key = next(k for k in ("prediction", "answer") if k in official[0])
     qid = next(official[0][k] for k in ID_KEYS if k in official[0])
+    questions = None if files.get("questions") is None else str(files["questions"])
     refused = 0
     for label, value in BAD.items():
         preds = write(tmp_path / f"{label}.json", [{**official[0], answer_key: value}, *official[1:]])
-
-        def score():
-            return runner.score(str(preds), str(files["annotations"]), split=files.get("split"),
-                                questions=None if files.get("questions") is None else str(files["questions"]))
-
-        if reads(config, value):
-            score()  # a type this benchmark reads (an option index, a count, a box, a truth value)
+        if reads(config, value):  # a type this benchmark reads (an option index, a count, a box, a truth value)
+            runner.score(str(preds), str(files["annotations"]), questions=questions, split=files.get("split"))
             continue
         with pytest.raises(ScoringError, match=rf"record #0 \(question id {re.escape(repr(qid))}\) has the answer .* "
                                                "this benchmark reads"):
-            score()
+            runner.score(str(preds), str(files["annotations"]), questions=questions, split=files.get("split"))
         refused += 1
     assert refused >= 4  # every scorer refuses at least NaN, inf, an object and one more type
 
