@@ -13,7 +13,8 @@ throughput callback counts; see core/throughput.py).
 `train/loss` is logged once per optimizer step: the mean of the step's
 micro-batch losses over gradient accumulation and over ranks, i.e. the loss of
 the global batch, the same figure whether it was split over processes or
-accumulated in one.
+accumulated in one. A non-finite global-batch loss stops training with a
+FloatingPointError before the optimizer applies it (never a NaN run that exits 0).
 """
 
 from __future__ import annotations
@@ -93,6 +94,11 @@ class TrainModule(L.LightningModule):
         if self.consumed_batches % self.trainer.accumulate_grad_batches == 0:  # the step's last micro-batch
             step_loss = torch.stack(self._step_losses).mean()
             self._step_losses = []
+            global_loss = self.trainer.strategy.reduce(step_loss.clone(), reduce_op="mean")  # every rank decides alike
+            if not torch.isfinite(global_loss):  # stop before the optimizer applies it: never finish a NaN run with exit 0
+                raise FloatingPointError(f"phase {self.phase_name}: the training loss is {float(global_loss)} at optimizer "
+                                         f"step {self.global_step}; training stopped before applying it. Check the data "
+                                         "for non-finite values; lower the learning rate or train in float32")
             self._last_step_loss = step_loss
             self.log("train/loss", step_loss, prog_bar=True, on_step=True, on_epoch=False, sync_dist=True)
         return loss

@@ -1,4 +1,11 @@
-"""Read a LeRobotDataset folder, v3.0 or v2.1 (`read_dataset` -> `LeRobotData`); the layout is described in data/lerobot.py."""
+"""Read a LeRobotDataset folder, v3.0 or v2.1 (`read_dataset` -> `LeRobotData`); the layout is described in data/lerobot.py.
+
+Every data file is checked as it is read (`check_frames`): a non-finite value (NaN, inf) in any numeric column,
+and frames out of order within an episode (`frame_index` or `timestamp` not strictly increasing from one row of
+the episode to the next), raise `LeRobotDataError` naming the file, the column, the episode and the frame: a policy
+must not train on them. Stored statistics (meta/stats.json, meta/episodes_stats.jsonl) that are not finite are
+refused too, naming the file, the feature and the statistic (a policy normalises its inputs with them).
+"""
 
 from __future__ import annotations
 
@@ -70,6 +77,42 @@ def _column_to_numpy(col: pa.ChunkedArray, name: str, path: Path) -> np.ndarray:
     return out
 
 
+def check_frames(part: dict[str, np.ndarray], path: Path) -> None:
+    """Raise LeRobotDataError on a non-finite numeric value or an episode whose frames are out of order (the
+    module docstring); `part` is one data file's columns."""
+    episodes = part["episode_index"]
+
+    def where(row: int) -> str:
+        return f"episode {episodes[row]}, frame_index {part['frame_index'][row]} (row {row} of the file)"
+
+    for name, values in part.items():
+        if values.dtype.kind != "f":
+            continue
+        bad = ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise LeRobotDataError(f"{path}: column {name!r} holds a non-finite value in {where(row)}: "
+                                   f"{values[row].tolist()}; fix or drop that episode")
+    same_episode = episodes[1:] == episodes[:-1]
+    for name in ("frame_index", "timestamp"):
+        back = same_episode & (part[name][1:] <= part[name][:-1])
+        if back.any():
+            row = int(np.argmax(back)) + 1
+            raise LeRobotDataError(f"{path}: frames out of order in episode {episodes[row]}: {name} goes from "
+                                   f"{part[name][row - 1]} to {part[name][row]} at row {row} of the file; the frames "
+                                   f"of an episode must be stored in time order ({name} increasing)")
+
+
+def finite_stats(stats: dict, where: str) -> dict:
+    """`stats` (feature -> statistic -> array), or LeRobotDataError naming `where`, the feature and the statistic."""
+    for feature, named in stats.items():
+        for name, value in named.items():
+            if not np.isfinite(value).all():
+                raise LeRobotDataError(f"{where}: the stored {name!r} of {feature!r} is not finite ({value.tolist()}); "
+                                       "fix the statistics or delete them (they are then computed from the frames)")
+    return stats
+
+
 def _read_frames(paths: list[Path], features: dict) -> dict[str, np.ndarray]:
     needed = [k for k, ft in features.items() if ft.get("dtype") != "video"]
     for key in INDEX_COLUMNS:
@@ -82,7 +125,9 @@ def _read_frames(paths: list[Path], features: dict) -> dict[str, np.ndarray]:
         if missing:
             raise LeRobotDataError(f"{path}: missing columns {missing} (meta/info.json features and the LeRobot "
                                    f"index columns {list(INDEX_COLUMNS)} must all be in every data file)")
-        parts.append({k: _column_to_numpy(table.column(k), k, path) for k in table.column_names})
+        part = {k: _column_to_numpy(table.column(k), k, path) for k in table.column_names}
+        check_frames(part, path)
+        parts.append(part)
     keys = [k for k in parts[0] if all(k in p for p in parts)]
     frames = {k: np.concatenate([p[k] for p in parts]) for k in keys}
     for v in frames.values():
@@ -127,7 +172,8 @@ def _read_v3(root: Path, info: dict):
     locs = sorted(dict.fromkeys((e["data/chunk_index"], e["data/file_index"]) for e in episodes))
     paths = [root / info["data_path"].format(chunk_index=c, file_index=f) for c, f in locs]
     frames = _read_frames(paths, info["features"])
-    stats = stats_from_json(_load_json(root / "meta/stats.json")) if (root / "meta/stats.json").exists() else {}
+    stats_path = root / "meta/stats.json"
+    stats = finite_stats(stats_from_json(_load_json(stats_path)), str(stats_path)) if stats_path.exists() else {}
     return tasks, episodes, frames, stats, paths[0].parent.parent
 
 
@@ -156,7 +202,7 @@ def _read_v21(root: Path, info: dict):
     for n, row in enumerate(_load_jsonl(stats_path)):
         if not isinstance(row.get("stats"), dict):
             raise LeRobotDataError(f"{stats_path}: line {n + 1} lacks a 'stats' object")
-        per_ep.append(stats_from_json(row["stats"]))
+        per_ep.append(finite_stats(stats_from_json(row["stats"]), f"{stats_path}: line {n + 1}"))
     return tasks, episodes, frames, aggregate_stats(per_ep), root / "data"
 
 

@@ -10,7 +10,9 @@ one `<image>` in its human turns per image, in the order of its `image` list
 placeholder or none (it goes first); a text-only record has none; gpt turns
 have none.
 
-Bad input never passes silently: a record with a missing or unreadable image,
+Bad input never passes silently: a record with a missing or unreadable image, an image path that leaves the
+image root (`..`, absolute, a symlink out: refused unless `data.allow_images_outside_root`), an image over the
+pixel budget (`data.max_image_pixels`, unless `data.oversize_images=downscale`; data/image_decode.py),
 turns that do not alternate, an empty conversation list, or a malformed field
 raises `DataError` naming the file, the record id and the fix (also for a
 placeholder count that does not match the images) — or, with
@@ -28,6 +30,7 @@ from pathlib import Path
 from PIL import Image
 
 from data.errors import DataError
+from data.image_decode import DEFAULT_IMAGES, ImageDecodeError, ImagePolicy
 
 IMAGE_TOKEN = "<image>"
 
@@ -39,8 +42,9 @@ def record_images(record: dict) -> list[str]:
     return [image] if isinstance(image, str) else list(image)
 
 
-def check_record(record: object, image_root: Path) -> str | None:
-    """The problem with one record, or None if it is usable."""
+def check_record(record: object, image_root: Path, images: ImagePolicy = DEFAULT_IMAGES) -> str | None:
+    """The problem with one record, or None if it is usable. Images are opened and verified, not decoded (a file
+    damaged past its header is caught at decode: vlm/dataset.py skips and counts it under skip_bad)."""
     if not isinstance(record, dict):
         return "is not a JSON object"
     conversations = record.get("conversations")
@@ -61,14 +65,21 @@ def check_record(record: object, image_root: Path) -> str | None:
     if problem:
         return problem
     for rel in record_images(record):
-        path = image_root / rel
+        try:
+            path = images.path(image_root, rel)
+        except ImageDecodeError as err:
+            return f"image file outside the image root: {err}"
         if not path.is_file():
             return f"image file {path} does not exist"
         try:
             with Image.open(path) as im:
+                size = im.size
                 im.verify()
         except Exception as err:
             return f"image file {path} is unreadable ({type(err).__name__}: {err})"
+        if images.refuses_size(*size):
+            return (f"image file {path} is {size[0]}x{size[1]} pixels, over data.max_image_pixels={images.max_pixels} "
+                    "(raise it with +data.max_image_pixels=N, or set +data.oversize_images=downscale)")
     return None
 
 
@@ -84,7 +95,7 @@ def check_placeholders(conversations: list[dict], num_images: int) -> str | None
 
 
 def load_llava(json_path: str | Path, image_root: str | Path, skip_bad: bool = False,
-               progress: Callable[..., Iterable] | None = None) -> tuple[list[dict], Counter]:
+               progress: Callable[..., Iterable] | None = None, images: ImagePolicy = DEFAULT_IMAGES) -> tuple[list[dict], Counter]:
     """Valid records of a LLaVA JSON file, and the count of skipped records by reason.
 
     `progress(iterable, description, total=...)` wraps the validation loop (e.g. `core.progress.track`; this package does
@@ -96,7 +107,7 @@ def load_llava(json_path: str | Path, image_root: str | Path, skip_bad: bool = F
     if progress is not None:
         rows = progress(rows, f"validating {json_path.name}", total=len(data))
     for index, record in rows:
-        problem = check_record(record, image_root)
+        problem = check_record(record, image_root, images)
         if problem is None:
             records.append(record)
             continue
@@ -131,6 +142,10 @@ def bad_record_error(json_path: Path, rid: object, problem: str) -> DataError:
 def reason_key(problem: str) -> str:
     """A short reason key for the skip counter (drops the record-specific path)."""
     if problem.startswith("image file"):
+        if "leaves the image root" in problem or "outside the image root" in problem:
+            return "image outside the image root"
+        if "max_image_pixels" in problem:
+            return "image over the pixel budget"
         return "missing image" if "does not exist" in problem else "unreadable image"
     if IMAGE_TOKEN in problem:
         return "image placeholders do not match images"

@@ -5,6 +5,8 @@
 - the folder is `cache/<json stem>-<hash>`, the hash of `key` (what the caller's tokenization depends on: the
   tokenizer's files, the prompt format, the max length, the image settings) plus the JSON file's path, size and
   mtime and the image root: change any of them and a new cache is built; the same key is reused and says so;
+  `key["images"]` (present when the image settings are not the defaults: data/image_decode.py's `ImagePolicy`
+  fields) is the image policy validation applies (paths outside the image root, the pixel budget);
 - the records go through Ray Data (`map_batches` over an actor pool of `workers` processes; local
   `ray.init(num_cpus=workers)`, or the cluster at `ray_address`): each actor runs `data.llava.check_record`
   (turns, placeholders, image files opened and verified) and `tokenize(records=[record], image_root=...)`
@@ -34,6 +36,7 @@ import pyarrow.compute as pc
 
 from data.atomic import atomic_directory, atomic_file, read_json, write_json
 from data.errors import DataError
+from data.image_decode import DEFAULT_IMAGES, ImagePolicy
 from data.llava import bad_record_error, check_record, read_llava_json, reason_key
 from data.shards import write_shards
 
@@ -63,14 +66,16 @@ def manifest(folder: Path) -> dict | None:
 class _PrepareBatch:
     """A Ray Data actor: records (as JSON text) → one row per sample, or per bad / dropped record."""
 
-    def __init__(self, json_path: str, image_root: str, tokenize: Callable):
-        self.json_path, self.image_root, self.tokenize = json_path, Path(image_root), tokenize
+    def __init__(self, json_path: str, image_root: str, tokenize: Callable, images: ImagePolicy = DEFAULT_IMAGES):
+        self.json_path, self.image_root, self.tokenize, self.images = json_path, Path(image_root), tokenize, images
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        return prepare_rows(batch["record"].to_pylist(), batch["json"].to_pylist(), self.image_root, self.tokenize)
+        return prepare_rows(batch["record"].to_pylist(), batch["json"].to_pylist(), self.image_root, self.tokenize,
+                            self.images)
 
 
-def prepare_rows(indices: list[int], texts: list[str], image_root: Path, tokenize: Callable) -> pa.Table:
+def prepare_rows(indices: list[int], texts: list[str], image_root: Path, tokenize: Callable,
+                 images: ImagePolicy = DEFAULT_IMAGES) -> pa.Table:
     """The rows of a batch of records: samples (`problem` null) and bad or dropped records (`problem` set)."""
     rows = {k: [] for k in ("record", "id", "input_ids", "labels", "images", "image_positions", "problem", "dropped",
                             "error")}
@@ -82,7 +87,7 @@ def prepare_rows(indices: list[int], texts: list[str], image_root: Path, tokeniz
 
     for index, text in zip(indices, texts):
         record = json.loads(text)
-        problem = check_record(record, image_root)
+        problem = check_record(record, image_root, images)
         if problem is not None:
             rid = record.get("id", f"#{index}") if isinstance(record, dict) else f"#{index}"
             add(index, str(rid), problem=problem)
@@ -116,7 +121,8 @@ def release_ray() -> None:
         _started = False
 
 
-def _run_ray(table: pa.Table, source, tokenize: Callable, workers: int, ray_address: str | None) -> pa.Table:
+def _run_ray(table: pa.Table, source, tokenize: Callable, workers: int, ray_address: str | None,
+             images: ImagePolicy = DEFAULT_IMAGES) -> pa.Table:
     import ray  # the data path's dependency only (core/ and the model packages never import it)
 
     global _started
@@ -133,7 +139,7 @@ def _run_ray(table: pa.Table, source, tokenize: Callable, workers: int, ray_addr
     step = -(-len(table) // n_blocks)
     blocks = [table.slice(i, step) for i in range(0, len(table), step)] or [table]
     ds = ray.data.from_arrow(blocks).map_batches(
-        _PrepareBatch, fn_constructor_args=(str(source.json), str(source.image_root), tokenize),
+        _PrepareBatch, fn_constructor_args=(str(source.json), str(source.image_root), tokenize, images),
         batch_format="pyarrow", batch_size=None, compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=1)
     parts = [pa.Table.from_batches([b]) if isinstance(b, pa.RecordBatch) else b
              for b in ds.iter_batches(batch_format="pyarrow", batch_size=None)]
@@ -144,6 +150,7 @@ def prepare_source(source, tokenize: Callable, key: dict, cache: Path, skip_bad:
                    ray_address: str | None = None, log: Callable[[str], None] = print) -> tuple[Path, dict]:
     """The prepared folder of `source` ({json, image_root}) and its manifest; built with Ray Data on a miss."""
     folder = cache_folder(source, key, cache, skip_bad)
+    images = ImagePolicy(**key["images"]) if "images" in key else DEFAULT_IMAGES
     done = manifest(folder)
     if done is not None:
         log(f"data: reusing prepared cache {folder} ({done['num_samples']} samples{_counts(done)})")
@@ -160,9 +167,10 @@ def prepare_source(source, tokenize: Callable, key: dict, cache: Path, skip_bad:
         how = f"with Ray Data, {workers} worker(s)" if workers else "in this process (prepare_workers=0)"
         log(f"data: preparing {source.json} ({len(table)} records) {how} → {folder}")
         if workers:
-            rows = _run_ray(table, source, tokenize, workers, ray_address)
+            rows = _run_ray(table, source, tokenize, workers, ray_address, images)
         else:
-            rows = prepare_rows(table["record"].to_pylist(), table["json"].to_pylist(), Path(source.image_root), tokenize)
+            rows = prepare_rows(table["record"].to_pylist(), table["json"].to_pylist(), Path(source.image_root), tokenize,
+                                images)
         rows = rows.sort_by("record")  # stable: a record's samples keep their order
         errors = rows.filter(pc.is_valid(rows["error"]))
         if len(errors):

@@ -24,16 +24,17 @@ from PIL import Image  # noqa: E402
 import vlm.inference  # noqa: E402
 from core.safe_load import UnsafeConfigError  # noqa: E402
 from core.weights import WeightsError  # noqa: E402
+from data.image_decode import ImageDecodeError, decode_image  # noqa: E402
 
 
 def open_image(path: str | None) -> Image.Image | None:
+    """The image as training decodes images (data/image_decode.py: modes, transparency, EXIF orientation)."""
     if not path:
         return None
     try:
-        with Image.open(path) as im:
-            return im.convert("RGB")
-    except OSError as err:
-        raise ValueError(f"cannot open image {path}: {err}") from None
+        return decode_image(path)
+    except ImageDecodeError as err:
+        raise ValueError(str(err)) from None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -11,6 +11,10 @@ Then, in transformers:
                                            return_tensors="pt")
     model.generate(**inputs, max_new_tokens=32, do_sample=False)
 
+Images: decode them as the run's training did, `image = data.image_decode.decode_image(path)` (EXIF orientation,
+16-bit and float images scaled, transparency composited over white). HF's processor composites transparency over
+white too, but neither turns EXIF-oriented photos upright nor scales 16-bit images.
+
 Supported: a timm CLIP or SigLIP encoder with projector=mlp (LoRA adapters are merged); anything else is
 refused with the reason (vlm/hf_llava.py).
 """

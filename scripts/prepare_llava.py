@@ -135,7 +135,7 @@ def extract(archive: Path, target: Path) -> None:
 def convert_to_jpg(folder: Path) -> int:
     """OCR-VQA ships gif/png files that LLaVA's records name `.jpg` (LLaVA: "we save all files as .jpg"): write a
     jpg beside each (first frame of a gif), as Prismatic's convert_to_jpg does. Returns the files written."""
-    from PIL import Image
+    from data.image_decode import decode_image
 
     written = 0
     for entry in track(list(os.scandir(folder)), f"converting {folder.name} to jpg"):
@@ -143,9 +143,7 @@ def convert_to_jpg(folder: Path) -> int:
         jpg = path.with_suffix(".jpg")
         if path.suffix.lower() in (".jpg", ".jpeg") or jpg.exists():
             continue
-        with Image.open(path) as im:
-            im.seek(0)
-            im.convert("RGB").save(jpg)
+        decode_image(path, max_pixels=None).save(jpg)  # the first frame, as training decodes it
         written += 1
     return written
 
@@ -315,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
         prepare(args.out, args.source, extras)
     text, missing = format_report(check(args.out, extras))
     print(text)
+    folders = [a.target for a in wanted(ARCHIVES, extras)] + (list(LRV_IMAGES) if "lrv" in extras else [])
+    if any((args.out / folder).is_symlink() for folder in folders):
+        print("note: image folders are symlinked from --source, outside the data root: train with "
+              "+data.allow_images_outside_root=true (data/image_decode.py refuses image paths that leave the root)")
     if missing:
         print(f"incomplete: run `python scripts/prepare_llava.py --out {args.out}"
               + (f" --extras {' '.join(sorted(extras))}" if extras else "") + "` (or train with data.skip_bad=true to skip "

@@ -4,7 +4,12 @@ All records are tokenized once, up front, through the backbone's prompt
 format, so every count is known before training starts: a sample whose
 assistant tokens are all cut off by the length limit is dropped from training
 and counted (`truncated_no_targets`), never trained on silently. Images are
-read and transformed lazily in `__getitem__` (in the loader workers).
+decoded (data/image_decode.py, the one decoding function) and transformed lazily
+in `__getitem__` (in the loader workers). An image that passed validation but
+cannot be decoded (a truncated JPEG) stops the run naming the record and the file,
+or with `skip_bad` the sample is skipped: the next sample that decodes takes its
+place, the row says how many were skipped (`skipped_records`, summed by the
+collator) and VLMModule counts them as `skipped/undecodable image`.
 
 At scale (`data.cache`), the same tokenization runs once in Ray Data (data/prepare.py) and the samples are read
 memory-mapped from its shards (data/shards.py); `preparation_key` is what that cache is keyed by, `prepared_samples`
@@ -21,16 +26,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from PIL import Image
 from torch.utils.data import Dataset
 
 from data.errors import DataError
+from data.image_decode import DEFAULT_IMAGES, ImageDecodeError, ImagePolicy
 from data.llava import record_images
 from vlm.prompting import IGNORE_INDEX
 
@@ -107,13 +113,18 @@ def preparation_key(prompt_format, max_length: int, num_patches: int, max_turns:
 
 def prepared_samples(sources, prompt_format, max_length: int, num_patches: int, max_turns: int | None, cache: Path,
                      skip_bad: bool, workers: int | None = None, ray_address: str | None = None, rank: int = 0,
-                     log: Callable[[str], None] = print) -> tuple[list, Counter, Counter]:
+                     log: Callable[[str], None] = print, images: ImagePolicy = DEFAULT_IMAGES) -> tuple[list, Counter, Counter]:
     """Per source, its samples read memory-mapped from the prepared cache (rank 0 builds a missing one with Ray
-    Data; the other ranks wait for it); and the skipped and dropped counts (printed by the preparation)."""
+    Data; the other ranks wait for it); and the skipped and dropped counts (printed by the preparation).
+    Image settings other than the defaults (`images`) join the cache key: they decide which records are valid."""
+    from dataclasses import asdict
+
     from data.prepare import cache_folder, prepare_source, release_ray, wait_for
     from data.shards import SampleShards
 
     key = preparation_key(prompt_format, max_length, num_patches, max_turns)
+    if images != DEFAULT_IMAGES:
+        key["images"] = asdict(images)
     tokenize = functools.partial(tokenize_records, prompt_format=prompt_format, max_length=max_length,
                                  num_patches=num_patches, max_turns=max_turns)
     parts, skipped, dropped = [], Counter(), Counter()
@@ -133,26 +144,43 @@ def prepared_samples(sources, prompt_format, max_length: int, num_patches: int, 
 
 
 class VLMDataset(Dataset):
-    def __init__(self, samples: list[Sample], transform):
+    MAX_SKIPPED_IN_A_ROW = 32  # with skip_bad, this many undecodable samples in a row stop the run (a broken dataset)
+
+    def __init__(self, samples: list[Sample], transform, images: ImagePolicy = DEFAULT_IMAGES, skip_bad: bool = False):
         self.samples = samples
         self.transform = transform
+        self.images = images
+        self.skip_bad = skip_bad
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def __getitem__(self, index: int) -> dict:
-        """ids, labels, image positions and pixels: None (text only), one image's tensor, or a list of them."""
-        sample = self.samples[index]
-        pixels = [self._read(sample, path) for path in sample.images]
-        return {"input_ids": sample.input_ids, "labels": sample.labels, "image_positions": sample.image_positions,
-                "pixel_values": None if not pixels else pixels[0] if len(pixels) == 1 else pixels}
+        """ids, labels, image positions and pixels: None (text only), one image's tensor, or a list of them; with
+        skip_bad, an undecodable sample is replaced by the next one that decodes and `skipped_records` says how
+        many were skipped."""
+        tries = min(len(self.samples), self.MAX_SKIPPED_IN_A_ROW) if self.skip_bad else 1
+        for skipped in range(tries):
+            sample = self.samples[(index + skipped) % len(self.samples)]
+            try:
+                pixels = [self._read(sample, path) for path in sample.images]
+            except ImageDecodeError as err:
+                if not self.skip_bad:
+                    raise DataError(f"record {sample.id}: {err}; fix or remove the record, or run with data.skip_bad=true "
+                                    "to skip and count it") from err
+                print(f"data: skipping record {sample.id}: {err} (data.skip_bad=true; counted as skipped/undecodable image)",
+                      file=sys.stderr)
+                continue
+            row = {"input_ids": sample.input_ids, "labels": sample.labels, "image_positions": sample.image_positions,
+                   "pixel_values": None if not pixels else pixels[0] if len(pixels) == 1 else pixels}
+            if skipped:
+                row["skipped_records"] = skipped
+            return row
+        raise DataError(f"{tries} samples in a row from record {self.samples[index].id} have images that cannot be decoded "
+                        "(see the messages above); the dataset's image files look damaged: check them")
 
     def _read(self, sample: Sample, path: Path) -> torch.Tensor:
-        try:
-            with Image.open(path) as im:
-                return self.transform(im.convert("RGB"))
-        except Exception as err:
-            raise DataError(f"record {sample.id}: cannot read image {path} ({err}); fix or remove the record") from err
+        return self.transform(self.images.decode(path))
 
 
 def row_images(row: dict) -> list[torch.Tensor]:
@@ -193,7 +221,7 @@ class Collator:
                 positions[row, : len(given)] = torch.tensor(given, dtype=torch.long)
         elif any(len(row) > 1 for row in images):
             raise ValueError("rows with several images need `image_positions` (where each image goes)")
-        return {
+        out = {
             "input_ids": ids,
             "attention_mask": mask,
             "labels": labels,
@@ -201,3 +229,7 @@ class Collator:
             "image_mask": torch.tensor([bool(row) for row in images]),
             "image_positions": positions,
         }
+        skipped = sum(b.get("skipped_records", 0) for b in batch)
+        if skipped:  # samples skipped as undecodable (skip_bad) to make this batch; VLMModule counts and removes it
+            out["skipped_records"] = skipped
+        return out

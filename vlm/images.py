@@ -5,6 +5,9 @@
 `resize-crop` is timm's default (resize the shorter side, centre crop).
 `open_clip_transform` maps the same strategies onto open_clip's own eval
 preprocessing; `StackTransforms` stacks several encoders' inputs for a fused encoder.
+Images reach these transforms decoded by data/image_decode.py (already RGB); an image
+handed in some other mode is converted by the same rules (`to_rgb`), not by PIL's
+`convert("RGB")`.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import timm.data
 import torch
 from PIL import Image
 from torchvision import transforms as T
+
+from data.image_decode import to_rgb
 
 STRATEGIES = ("resize-naive", "letterbox", "resize-crop")
 OPEN_CLIP_RESIZE_MODES = {"resize-naive": "squash", "letterbox": "squash", "resize-crop": "shortest"}  # letterbox pads first
@@ -46,7 +51,7 @@ def image_transform(data_config: dict, strategy: str):
         return timm.data.create_transform(**data_config, is_training=False)
     size = data_config["input_size"][-2:]
     interpolation = T.InterpolationMode(data_config.get("interpolation", "bicubic"))
-    steps = [T.Lambda(lambda im: im.convert("RGB"))]
+    steps = [T.Lambda(to_rgb)]
     if strategy == "letterbox":
         steps.append(Letterbox(tuple(int(255 * m) for m in data_config["mean"])))
     steps += [
@@ -67,8 +72,7 @@ def open_clip_transform(preprocess_cfg: dict, strategy: str):
     cfg = PreprocessCfg(**merge_preprocess_dict(preprocess_cfg, {"resize_mode": OPEN_CLIP_RESIZE_MODES[strategy]}))
     transform = image_transform_v2(cfg, is_train=False)
     if strategy == "letterbox":
-        rgb = T.Lambda(lambda im: im.convert("RGB"))
-        transform = T.Compose([rgb, Letterbox(tuple(int(255 * m) for m in cfg.mean)), transform])
+        transform = T.Compose([T.Lambda(to_rgb), Letterbox(tuple(int(255 * m) for m in cfg.mean)), transform])
     return transform
 
 

@@ -20,6 +20,11 @@ and similar spliced length (core.data.GroupedStreamSampler; less padding).
 Data (`data.prepare_workers`, `data.ray_address`; data/prepare.py) and read memory-mapped; rank 0 prepares, the
 other ranks wait; the samples and their order are those of the in-process path.
 
+Images (data/image_decode.py): `data.max_image_pixels`, `data.oversize_images` (refuse | downscale) and
+`data.allow_images_outside_root` decide which image files validation accepts and how they decode; with
+`data.skip_bad`, a sample whose image fails to decode during training is skipped and counted
+(`skipped/undecodable image` in results.json, summed over ranks).
+
 LoRA (`lora.enabled`): the backbone carries peft adapters (vlm/lora.py); a
 phase that trains `backbone` trains only the adapters.
 """
@@ -38,6 +43,7 @@ from core.data import StreamDataModule
 from core.flops import hf_decoder_flops_per_token
 from core.module import TrainModule
 from core.progress import track
+from data.image_decode import DEFAULT_IMAGES, ImagePolicy
 from data.llava import load_llava
 from data.shards import IndexedSamples
 from data.sources import DataSource, require_files, resolve
@@ -59,6 +65,19 @@ class VLMModule(TrainModule):
         super().apply_trainable()
         if has_lora(self.model.backbone):  # LoRA: training the backbone means training its adapters only
             freeze_all_but_adapters(self.model.backbone)
+
+    undecodable = 0  # samples skipped as undecodable (data.skip_bad) in this process's batches
+
+    def training_step(self, batch, batch_idx):
+        self.undecodable += int(batch.pop("skipped_records", 0))
+        return super().training_step(batch, batch_idx)
+
+    def on_train_end(self) -> None:
+        """Add the samples skipped at decode on every rank to the data module's skip counts (results.json)."""
+        total = int(self.trainer.strategy.reduce(torch.tensor(float(self.undecodable), device=self.device), reduce_op="sum"))
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if total and datamodule is not None and hasattr(datamodule, "skipped"):
+            datamodule.skipped["undecodable image"] += total
 
     def compute_loss(self, batch):
         return self.model(**batch).loss
@@ -90,8 +109,9 @@ class VLMDataModule(StreamDataModule):
     def __init__(self, source: DataSource, splits: dict[str, float], model: VLM, micro_batch_size: int, seed: int,
                  skip_bad: bool = False, num_workers: int = 0, max_turns: int | None = None, group_by_length: bool = False,
                  prompt_format: PromptFormat | None = None, cache: str | Path | None = None,
-                 prepare_workers: int | None = None, ray_address: str | None = None):
+                 prepare_workers: int | None = None, ray_address: str | None = None, images: ImagePolicy = DEFAULT_IMAGES):
         super().__init__(micro_batch_size, seed, num_workers=num_workers)
+        self.images = images
         self.cache, self.prepare_workers, self.ray_address = cache, prepare_workers, ray_address
         self.group_by_length = group_by_length
         self.source = source
@@ -116,7 +136,7 @@ class VLMDataModule(StreamDataModule):
                 raise ValueError(f"phase data split {split!r} is not in data.splits ({sorted(self.source.splits)})")
             part = []
             for src in self.source.splits[split]:
-                records, skipped = load_llava(src.json, src.image_root, skip_bad=self.skip_bad, progress=track)
+                records, skipped = load_llava(src.json, src.image_root, skip_bad=self.skip_bad, progress=track, images=self.images)
                 self.skipped.update(skipped)
                 tokenized, dropped = tokenize_records(
                     records, self.prompt_format, src.image_root, self.model.backbone.max_length,
@@ -125,7 +145,7 @@ class VLMDataModule(StreamDataModule):
                 self.dropped.update(dropped)
                 part += tokenized
             samples += repeat(part, float(weight), self.seed)
-        self.train_dataset = VLMDataset(samples, self.model.encoder.transform)
+        self.train_dataset = VLMDataset(samples, self.model.encoder.transform, self.images, self.skip_bad)
         if self.group_by_length:  # micro-batches of one image count and similar spliced length
             patches = self.model.encoder.num_patches
             self.group_keys = [len(s.images) for s in samples]
@@ -143,14 +163,15 @@ class VLMDataModule(StreamDataModule):
             shards, skipped, dropped = prepared_samples(
                 self.source.splits[split], self.prompt_format, self.model.backbone.max_length,
                 self.model.encoder.num_patches, self.max_turns, Path(str(self.cache)).expanduser(), self.skip_bad,
-                workers=self.prepare_workers, ray_address=self.ray_address, rank=rank, log=console.print)
+                workers=self.prepare_workers, ray_address=self.ray_address, rank=rank, log=console.print,
+                images=self.images)
             self.skipped.update(skipped)
             self.dropped.update(dropped)
             part = IndexedSamples(shards, [np.arange(len(p)) for p in shards])
             parts.append(part)
             indices.append(repeat_indices(len(part), float(weight), self.seed))
         samples = IndexedSamples(parts, indices)
-        self.train_dataset = VLMDataset(samples, self.model.encoder.transform)
+        self.train_dataset = VLMDataset(samples, self.model.encoder.transform, self.images, self.skip_bad)
         if self.group_by_length:
             tokens, images = samples.lengths()
             self.group_keys = images
@@ -217,7 +238,7 @@ class VLMTask:
                              skip_bad=bool(cfg.data.get("skip_bad", False)), num_workers=int(cfg.data.get("num_workers", 0)),
                              max_turns=cfg.data.get("max_turns"), group_by_length=bool(group_by_length),
                              prompt_format=fmt, cache=cfg.data.get("cache"), prepare_workers=cfg.data.get("prepare_workers"),
-                             ray_address=cfg.data.get("ray_address"))
+                             ray_address=cfg.data.get("ray_address"), images=ImagePolicy.from_config(cfg.data))
 
     def build_module(self, cfg: DictConfig, phase: DictConfig, model: VLM, total_steps: int) -> VLMModule:
         return VLMModule(model, phase, total_steps)

@@ -48,6 +48,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 import vlm
 from core.launch import barrier, local_device, rank_world
 from data.atomic import atomic_directory, atomic_file
+from data.image_decode import decode_image
 from eval.predlog import consolidate, read_log, shard_log
 from eval.scorers import build_scorer
 
@@ -270,9 +271,9 @@ def write_subset(out: Path, data: Any) -> Path:
 
 
 def load_image(path: Path | None) -> Image.Image | None:
+    """The item's image as training decodes images (data/image_decode.py); a damaged one names the file."""
     if path is None:
         return None
     if not Path(path).is_file():
         raise FileNotFoundError(f"image {path} not found (image layouts under benchmark.root: docs/evaluation.md)")
-    with Image.open(path) as im:
-        return im.convert("RGB")
+    return decode_image(path)

@@ -5,6 +5,12 @@ Conventions every scorer follows:
 - the set of scored questions comes from the annotation side, never from the predictions:
   a question without a prediction scores 0 and is counted in ``missing``;
 - a prediction whose answer is empty (``None`` or only whitespace) scores 0 and is counted in ``empty``;
+- an answer of a type the scorer does not read (by default anything but a string or ``None``: booleans,
+  numbers, NaN, lists, objects) raises :class:`ScoringError` naming the record and the question id, never
+  read as an answer (a scorer that reads option indices or boxes widens ``answer_types``);
+- a prediction record carrying a field that only another benchmark's predictions have (``FIELD_OWNERS``:
+  GQA's ``questionId``/``prediction``, POPE's ``category``, RefCOCO's ``sent_id``) is refused: the file was
+  made for that benchmark;
 - a prediction for an id the annotations do not contain, a duplicated id, or a file that is not
   valid JSON raises :class:`ScoringError` naming the file, the record and the fix;
 - accuracies are percentages rounded to 2 decimals (as the official VQA script rounds).
@@ -12,6 +18,7 @@ Conventions every scorer follows:
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -86,19 +93,27 @@ def read_records(path: str | Path, what: str = "file") -> Any:
     return read_jsonl(path, what) if str(path).endswith(".jsonl") else read_json(path, what)
 
 
+FIELD_OWNERS = {"questionId": "gqa", "prediction": "gqa", "category": "pope", "sent_id": "refcoco"}
+
+
 def load_predictions(
     path: str | Path,
     id_keys: Iterable[str] = ("question_id",),
     answer_keys: Iterable[str] = ("answer",),
     scope_keys: Iterable[str] = (),
+    answer_types: tuple[type, ...] = (str,),
 ) -> dict[str, tuple[int, Any, dict]]:
     """Index a predictions file as ``{str(id): (record_number, answer, record)}``.
 
     Accepted layouts: a JSON list (or JSONL) of objects carrying one of ``id_keys`` and one of
     ``answer_keys``, or a JSON object mapping id -> answer. Duplicate ids are an error. With
     ``scope_keys`` (e.g. a split field) a record carrying one is indexed as ``"{scope}/{id}"``.
+    An answer must be ``None`` (counted empty) or one of ``answer_types`` (booleans are never ints; a float
+    must be finite), and a record must not carry another benchmark's fields (``FIELD_OWNERS``); else
+    ScoringError naming the record and its question id.
     """
     id_keys, answer_keys = tuple(id_keys), tuple(answer_keys)
+    own_keys = set(id_keys) | set(answer_keys) | set(scope_keys)
     data = read_records(path, "predictions file")
     if isinstance(data, dict):
         records = [{id_keys[0]: k, answer_keys[0]: v} for k, v in data.items()]
@@ -121,7 +136,13 @@ def load_predictions(
         if not any(k in rec for k in answer_keys):
             raise ScoringError(f"{path}: prediction record #{i} (id {qid!r}) has no answer "
                                f"(expected one of {list(answer_keys)}). Fix: add the model's answer.")
+        foreign = next((k for k in rec if k in FIELD_OWNERS and k not in own_keys), None)
+        if foreign is not None:
+            raise ScoringError(f"{path}: prediction record #{i} (question id {qid!r}) has the field {foreign!r} of "
+                               f"{FIELD_OWNERS[foreign]} predictions, which this benchmark does not use. Fix: score the "
+                               "file with the benchmark it was made for, or pass this benchmark's predictions.")
         answer = next(rec[k] for k in answer_keys if k in rec)
+        check_answer_type(answer, answer_types, path, i, qid)
         scope = next((rec[k] for k in scope_keys if k in rec), None)
         key = str(qid) if scope is None else f"{scope}/{qid}"
         if key in out:
@@ -129,6 +150,18 @@ def load_predictions(
                                "Fix: keep exactly one prediction per question.")
         out[key] = (i, answer, rec)
     return out
+
+
+def check_answer_type(answer: Any, answer_types: tuple[type, ...], path, i: int, qid: Any) -> None:
+    """Raise ScoringError unless `answer` is None or of `answer_types` (a bool only if bool is listed, a float only
+    if finite)."""
+    ok = answer is None or (isinstance(answer, answer_types) and (not isinstance(answer, bool) or bool in answer_types)
+                            and not (isinstance(answer, float) and not math.isfinite(answer)))
+    if not ok:
+        wanted = " or ".join("a string" if t is str else f"a {t.__name__}" for t in answer_types)
+        raise ScoringError(f"{path}: prediction record #{i} (question id {qid!r}) has the answer {answer!r} "
+                           f"(a {type(answer).__name__}); this benchmark reads {wanted}. Fix: write the model's answer "
+                           "as a JSON string (null for no answer).")
 
 
 def check_known(preds: dict[str, tuple], known: Iterable[str], pred_path, ann_path, key_name="question id") -> None:

@@ -123,7 +123,7 @@ def score_scienceqa(predictions, annotations, questions=None, split=None) -> dic
     items = [{"id": p, "options": list(data[p]["choices"]), "correct": int(data[p]["answer"]),
               "subject": data[p].get("subject"), "img": "image" if data[p].get("image") else "no_image"}
              for p in pids]
-    metrics = _score(items, load_predictions(predictions), predictions, annotations, groups=("subject", "img"))
+    metrics = _score(items, load_predictions(predictions, answer_types=(str, int)), predictions, annotations, groups=("subject", "img"))
     metrics["accuracy_img"] = metrics.pop("per_img").get("image", 0.0)
     metrics["split"] = split
     return metrics
@@ -161,4 +161,4 @@ def score_ai2d(predictions, annotations, questions=None, split=None) -> dict[str
                           "correct": int(q["correctAnswer"]), "abc_label": bool(q.get("abcLabel", False))})
     if not items:
         raise ScoringError(f"{annotations}: no questions selected. Fix: check the test-id list {questions}.")
-    return _score(items, load_predictions(predictions), predictions, annotations)
+    return _score(items, load_predictions(predictions, answer_types=(str, int)), predictions, annotations)

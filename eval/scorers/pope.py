@@ -8,7 +8,8 @@ Predictions: [{"question_id", "answer" (or "text"), "category"/"split" (needed o
 across splits)}].
 Answer mapping, as LLaVA's ``eval_pope.py``: keep the text before the first '.', delete ',', split on
 single spaces; "no" if one of the words is exactly "No", "no" or "not", otherwise "yes".
-Our rules: a missing or empty prediction is scored as the wrong answer (yes for a "no" label, no for a
+Our rules: an answer that is not a string (a boolean, number, NaN, list) is refused naming the question id,
+never read as "yes"; a missing or empty prediction is scored as the wrong answer (yes for a "no" label, no for a
 "yes" label) and counted in ``missing``/``empty``; a ratio with a zero denominator is 0.
 """
 from __future__ import annotations

@@ -9,12 +9,13 @@ One scored item per sentence; prediction ids are ``sent_id`` (key "sent_id" or "
 Which splits are scored: ``split`` if given, else every split with at least one prediction (missing
 sentences of those splits count as wrong).
 Box convention: the first "[x1, y1, x2, y2]" (or "(...)") in the answer text, or a JSON list of four
-numbers: corners, x to the right, y down. If all four values lie in [0, 1] they are fractions of the
+finite numbers (not booleans; any other list is unparsed): corners, x to the right, y down. If all four values lie in [0, 1] they are fractions of the
 image width/height (so a pixel box inside the 1x1 top-left corner would be misread); otherwise pixels.
 A box that cannot be parsed is wrong and counted in ``unparsed``. GT boxes are COCO [x, y, w, h].
 """
 from __future__ import annotations
 
+import math
 import pickle
 import re
 from pathlib import Path
@@ -27,8 +28,9 @@ _BOX = re.compile(rf"[\[(]\s*({_NUM})\s*,\s*({_NUM})\s*,\s*({_NUM})\s*,\s*({_NUM
 
 
 def parse_box(answer: Any) -> list[float] | None:
-    if isinstance(answer, list) and len(answer) == 4 and all(isinstance(v, (int, float)) for v in answer):
-        return [float(v) for v in answer]
+    if isinstance(answer, list):  # four finite numbers (booleans are not numbers); anything else is unparsed
+        ok = len(answer) == 4 and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in answer)
+        return [float(v) for v in answer] if ok else None
     m = _BOX.search(as_text(answer))
     return [float(v) for v in m.groups()] if m else None
 
@@ -91,7 +93,7 @@ def score_refcoco_items(predictions, annotations, questions=None, split=None) ->
         x, y, w, h = (float(v) for v in bbox)
         for s in r["sentences"]:
             items.append({"id": str(s["sent_id"]), "split": str(r["split"]), "box": [x, y, x + w, y + h], "size": size})
-    preds = load_predictions(predictions, id_keys=("sent_id", "question_id"))
+    preds = load_predictions(predictions, id_keys=("sent_id", "question_id"), answer_types=(str, list))
     check_known(preds, (it["id"] for it in items), predictions, annotations, key_name="sentence id")
     if split is not None:
         chosen = {split}

@@ -45,7 +45,7 @@ def score_tallyqa_items(predictions, annotations, questions=None, split=None) ->
     no_split(split, "tallyqa")
     data = read_json(annotations, "annotations file")
     require(isinstance(data, list), annotations, "expected a JSON list of questions. Fix: pass TallyQA test.json.")
-    preds = load_predictions(predictions)
+    preds = load_predictions(predictions, answer_types=(str, int, float))
     check_known(preds, (str(q["question_id"]) for q in data), predictions, annotations)
     tally, unparsed = Tally(), 0
     for q in data:

@@ -40,7 +40,7 @@ def score_vsr_items(predictions, annotations, questions=None, split=None) -> tup
     data = read_list_or_lines(path, "annotations file")
     require(isinstance(data, list), path, "expected VSR records. Fix: pass e.g. test.jsonl of a VSR split.")
     items = [(str(d.get("id", d.get("question_id", i))), d) for i, d in enumerate(data)]
-    preds = load_predictions(predictions)
+    preds = load_predictions(predictions, answer_types=(str, bool, int))
     check_known(preds, (k for k, _ in items), predictions, annotations)
     tally, unparsed = Tally(), 0
     for key, d in items:

@@ -79,6 +79,20 @@ def test_layout_from_a_source_folder_then_check_counts_what_is_missing(tmp_path,
     code, io = run(capsys, "--out", out, "--check")
     assert code == 1 and "coco: 2 images, 1 missing" in io.out and "gqa: 1 images, 0 missing" in io.out
     assert "LCS images: 3 images, 1 missing" in io.out and "prepare_llava.py --out" in io.err
+    assert "+data.allow_images_outside_root=true" in io.out  # gqa/images is a symlink into --source
+
+
+def test_a_folder_symlinked_from_source_is_outside_the_root_unless_allowed(tmp_path, source, capsys):
+    from data.image_decode import ImagePolicy
+    from data.llava import load_llava
+
+    out = tmp_path / "root"
+    assert run(capsys, "--out", out, "--source", source)[0] == 0
+    instruct = out / "llava_v1_5_mix665k.json"
+    records, skipped = load_llava(instruct, out, skip_bad=True)
+    assert dict(skipped) == {"image outside the image root": sum(rel.startswith("gqa/") for rel in INSTRUCT_IMAGES)}
+    records, skipped = load_llava(instruct, out, images=ImagePolicy(allow_outside_root=True))
+    assert len(records) == 9 and not skipped
     report = prep.check(out, set())
     assert report["llava_v1_5_mix665k.json"]["text_only"] == 2
     assert report["llava_v1_5_mix665k.json"]["sources"]["vg"] == {"images": 2, "missing": 0}

@@ -9,13 +9,17 @@ or, with `lm_pretrain.init` (a folder or `tiny:NAME`), the model and tokenizer o
 Data (`lm_pretrain.data`):
 - `text`: next-token training on `lm_text.txt`, each line `<s> line </s>`, packed into blocks of `block_size` tokens;
 - `dialogues`: `text.json`'s dialogues except the last `lm_pretrain.holdout` (held out for perplexity),
-  formatted with `lm_pretrain.prompt_format` (vlm/prompting.py), loss on the answers only.
+  formatted with `lm_pretrain.prompt_format` (vlm/prompting.py), loss on the answers only. A micro-batch whose
+  answers are all cut off by `block_size` has no target token: its loss is 0 with zero gradients (what the
+  0/0 NaN of transformers' mean loss trained with), and a warning says so once; the core stops a run on a
+  NaN loss, so the 0 keeps such runs going while any real divergence still stops them.
 When training ends, rank 0 writes `save_pretrained` + the tokenizer files to `RUN_DIR/export/`, which
 vlm/backbones.py (`HFBackbone(model_id=RUN_DIR/export)`) loads like a hub model.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import torch
@@ -40,9 +44,18 @@ class CausalLM(nn.Module):
         self.lm = lm
         self.tokenizer = tokenizer
 
+    warned_no_targets = False
+
     def loss(self, batch: dict) -> torch.Tensor:
-        return self.lm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"],
-                       use_cache=False).loss
+        out = self.lm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"],
+                      use_cache=False)
+        if (batch["labels"][:, 1:] != IGNORE_INDEX).any():
+            return out.loss
+        if not self.warned_no_targets:
+            warnings.warn("lm_pretrain: a micro-batch has no target tokens (every answer is cut off by "
+                          "lm_pretrain.block_size); it trains with a zero loss", stacklevel=2)
+            self.warned_no_targets = True
+        return out.logits.sum() * 0.0 + 0.0  # zero loss (not -0.0), zero gradients
 
 
 def build_lm(cfg: DictConfig) -> CausalLM:

@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 from PIL import Image
 
 from data.atomic import read_json
+from data.image_decode import decode_image
 
 
 def world_folder(cfg: DictConfig) -> Path:
@@ -69,7 +70,8 @@ def scene_categories(scene: dict) -> set[str]:
 
 
 def load_image(world: Path, rel: str) -> Image.Image:
-    return Image.open(world / rel).convert("RGB")
+    """A world image, decoded as training decodes every image (data/image_decode.py)."""
+    return decode_image(world / rel)
 
 
 def dialogues(world: Path) -> list[list[tuple[str, str]]]:
