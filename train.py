@@ -27,7 +27,7 @@ from core.weights import WeightsError
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> dict:
     with exit_on_user_error(ComponentLoadError, DataError, FileNotFoundError, RecipeError, MissingMandatoryValue,
-                            CheckpointError, RunDirError, RunLockedError, WeightsError):
+                            CheckpointError, RunDirError, RunLockedError, WeightsError, FloatingPointError):
         return train(cfg)
 
 
