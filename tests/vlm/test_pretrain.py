@@ -174,7 +174,7 @@ def folder_digest(folder) -> dict[str, str]:
 
 def test_pretrained_flavours_load_like_hub_models_and_rewrite_identically(tmp_path):
     from vlm.model import build_component
-    from vlm.tiny import ensure_tiny
+    from vlm.tiny import VERSION, ensure_tiny
 
     first = ensure_tiny("mini_mae", root=tmp_path / "a")
     second = ensure_tiny("mini_mae", root=tmp_path / "b")
@@ -184,7 +184,7 @@ def test_pretrained_flavours_load_like_hub_models_and_rewrite_identically(tmp_pa
     torch.manual_seed(0)
     node = copy.deepcopy(composed("encoder=mini_mae")["encoder"])
     encoder = build_component(node)  # through tiny:mini_mae, like a hub id
-    assert encoder.model_id.endswith("mini_mae-v3-smoke") and encoder.grid_size == (8, 8)
+    assert encoder.model_id.endswith(f"mini_mae-v{VERSION}-smoke") and encoder.grid_size == (8, 8)
 
     instruct = ensure_tiny("mini_llama_instruct", root=tmp_path / "c")
     base = ensure_tiny("mini_llama_base")
