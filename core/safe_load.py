@@ -35,21 +35,8 @@ class UnsafeConfigError(ValueError):
 @cache
 def allowed_targets(group: str) -> frozenset[str]:
     """Every `_target_` a file of conf/GROUP names (at any depth, shared bases included)."""
-    found: set[str] = set()
-    for path in sorted((CONF_DIR / group).rglob("*.yaml")):
-        _collect_targets(OmegaConf.to_container(OmegaConf.load(path), resolve=False), found)
-    return frozenset(found)
-
-
-def _collect_targets(node: Any, found: set[str]) -> None:
-    if isinstance(node, Mapping):
-        if isinstance(node.get("_target_"), str):
-            found.add(node["_target_"])
-        for value in node.values():
-            _collect_targets(value, found)
-    elif isinstance(node, list):
-        for value in node:
-            _collect_targets(value, found)
+    return frozenset(target for path in sorted((CONF_DIR / group).rglob("*.yaml"))
+                     for _, target in targets_in(OmegaConf.to_container(OmegaConf.load(path), resolve=False), ""))
 
 
 def targets_in(node: Any, prefix: str) -> list[tuple[str, str]]:
