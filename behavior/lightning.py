@@ -39,6 +39,9 @@ class BehaviorModule(TrainModule):
     def compute_loss(self, batch):
         return self.model.loss(batch)
 
+    def sample_losses(self, batch):
+        return self.model.sample_losses(batch)
+
     def batch_tokens(self, batch) -> int | None:
         tokens = batch.get("tokens")
         return None if tokens is None else int((tokens >= 0).sum()) + tokens.shape[0] * self.model.context

@@ -117,10 +117,23 @@ class GPTPolicy(nn.Module):
         hidden, logits = self(batch["states"], batch["task"], batch["tokens"])
         loss = F.cross_entropy(logits.flatten(0, 1), batch["tokens"].flatten(), ignore_index=IGNORE)
         if self.offset_head is not None:  # BeT: the offset of the true cluster at each action token
-            offsets = self.offset_head(hidden).view(*hidden.shape[:2], -1, self.action_dim)
-            picked = offsets.gather(2, batch["tokens"].clamp(min=0)[..., None, None].expand(-1, -1, 1, self.action_dim))[:, :, 0]
-            loss = loss + F.mse_loss(picked, batch["offsets"])
+            loss = loss + F.mse_loss(self._picked_offsets(hidden, batch["tokens"]), batch["offsets"])
         return loss
+
+    def sample_losses(self, batch: dict) -> torch.Tensor:
+        """Each row's mean action-token loss (plus its offset error, BeT), what smart sifting ranks rows by."""
+        hidden, logits = self(batch["states"], batch["task"], batch["tokens"])
+        tokens = batch["tokens"]
+        per_token = F.cross_entropy(logits.flatten(0, 1), tokens.flatten(), ignore_index=IGNORE, reduction="none")
+        counted = (tokens != IGNORE).sum(1)
+        losses = per_token.view(tokens.shape).sum(1) / counted.clamp(min=1)
+        if self.offset_head is not None:
+            losses = losses + (self._picked_offsets(hidden, tokens) - batch["offsets"]).pow(2).flatten(1).mean(1)
+        return losses
+
+    def _picked_offsets(self, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        offsets = self.offset_head(hidden).view(*hidden.shape[:2], -1, self.action_dim)
+        return offsets.gather(2, tokens.clamp(min=0)[..., None, None].expand(-1, -1, 1, self.action_dim))[:, :, 0]
 
     @torch.inference_mode()
     def generate(self, states: torch.Tensor, task: torch.Tensor, temperature: float = 0.0,
@@ -182,6 +195,9 @@ class MLPPolicy(nn.Module):
 
     def loss(self, batch: dict) -> torch.Tensor:
         return F.mse_loss(self(batch["states"], batch["task"]), batch["actions"])
+
+    def sample_losses(self, batch: dict) -> torch.Tensor:
+        return (self(batch["states"], batch["task"]) - batch["actions"]).pow(2).flatten(1).mean(1)
 
     @torch.no_grad()
     def act(self, states: torch.Tensor, task: torch.Tensor, temperature: float = 0.0, generator=None) -> np.ndarray:

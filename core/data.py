@@ -11,6 +11,9 @@ sample where the checkpoint stopped: `StreamDataModule` starts the stream at
 `module.consumed_batches * micro_batch_size`, which the module restores from
 the checkpoint before the dataloader is built.
 
+With smart sifting on (core/sifting.py) each micro-batch slot draws its own stream from
+`stream_sampler` and the loop's dataloader only counts micro-batches (`MicroBatchTicks`).
+
 `GroupedStreamSampler` keeps all of that and only changes each epoch's order:
 micro-batch blocks of one group (e.g. one modality) and similar length, so
 padding stays low; a data module turns it on by setting `lengths` (and
@@ -106,19 +109,22 @@ class StreamDataModule(L.LightningDataModule):
         self.seed = seed
         self.num_workers = num_workers
 
-    def train_dataloader(self) -> DataLoader:
-        consumed = getattr(self.trainer.lightning_module, "consumed_batches", 0) if self.trainer else 0
-        stream = dict(
-            seed=self.seed,
-            start=consumed * self.micro_batch_size,
-            rank=self.trainer.global_rank if self.trainer else 0,
-            world_size=self.trainer.world_size if self.trainer else 1,
-            block=self.micro_batch_size,
-        )
+    sifting = False  # set by core.run with `sifting.enabled`: the loop's batches are only counts (core/sifting.py)
+
+    def stream_sampler(self, start: int, rank: int, world_size: int) -> StreamSampler:
+        """The seeded stream of sample indices of one rank (or one sifting lane), from sample `start` on."""
+        stream = dict(seed=self.seed, start=start, rank=rank, world_size=world_size, block=self.micro_batch_size)
         if self.lengths is None:
-            sampler = StreamSampler(len(self.train_dataset), **stream)
-        else:
-            sampler = GroupedStreamSampler(self.lengths, self.group_keys, **stream)
+            return StreamSampler(len(self.train_dataset), **stream)
+        return GroupedStreamSampler(self.lengths, self.group_keys, **stream)
+
+    def train_dataloader(self) -> DataLoader:
+        if self.sifting:  # the sifter draws the data itself; the loop only needs one item per micro-batch
+            return DataLoader(MicroBatchTicks(), batch_size=None)
+        consumed = getattr(self.trainer.lightning_module, "consumed_batches", 0) if self.trainer else 0
+        sampler = self.stream_sampler(start=consumed * self.micro_batch_size,
+                                      rank=self.trainer.global_rank if self.trainer else 0,
+                                      world_size=self.trainer.world_size if self.trainer else 1)
         return DataLoader(
             self.train_dataset,
             batch_size=self.micro_batch_size,
@@ -127,3 +133,13 @@ class StreamDataModule(L.LightningDataModule):
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
+
+
+class MicroBatchTicks(torch.utils.data.IterableDataset):
+    """An endless stream of micro-batch numbers: what the training loop iterates while a sifter makes the batches."""
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        k = 0
+        while True:
+            yield torch.tensor(k)
+            k += 1

@@ -8,7 +8,14 @@ micro-batches consumed (the data position a resumed run continues from) and the
 RNG states stored in every checkpoint (one set per rank under DDP). Subclasses
 implement `compute_loss` and `parts` (the named sub-modules that a phase may
 train or freeze), and may implement `batch_tokens` / `batch_flops` (what the
-throughput callback counts; see core/throughput.py).
+throughput callback counts; see core/throughput.py) and `sample_losses` (one
+loss per sample, for smart sifting: core/sifting.py).
+
+With a sifter (`sifting.enabled`, set by core.run) the loop's batches are only
+micro-batch counts: each training step asks the sifter for the micro-batch it
+trains on; `sift/forwarded`, `sift/backpropagated` (samples, all ranks) and
+`sift/kept_fraction` are logged once per optimizer step, and the sifter's state
+is in every checkpoint.
 
 `train/loss` is logged once per optimizer step: the mean of the step's
 micro-batch losses over gradient accumulation and over ranks, i.e. the loss of
@@ -42,6 +49,9 @@ class TrainModule(L.LightningModule):
         self.total_steps = int(total_steps)
         self.consumed_batches = 0  # micro-batches taken from the data stream; restored on resume
         self._step_losses: list[torch.Tensor] = []
+        self.sifter = None  # a core.sifting.Sifter when `sifting.enabled`
+        self.step_batch = None  # the micro-batch the latest training step trained on (what core.throughput counts)
+        self.skipped_records = 0  # samples skipped as undecodable (a batch's `skipped_records`) in this process's batches
         self.apply_trainable()
         self.train()  # Lightning keeps modules in the mode they come in (HF loads models in eval mode)
 
@@ -52,6 +62,11 @@ class TrainModule(L.LightningModule):
 
     def compute_loss(self, batch) -> torch.Tensor:
         raise NotImplementedError
+
+    def sample_losses(self, batch) -> torch.Tensor:
+        """One loss per sample of a micro-batch (shape: rows), what smart sifting ranks samples by."""
+        raise NotImplementedError(f"{type(self).__name__} gives no per-sample losses (sample_losses), which smart "
+                                  "sifting needs; implement it or run with sifting.enabled=false")
 
     def batch_tokens(self, batch) -> int | None:
         """Non-padding tokens of a micro-batch (None: the task has no tokens). Default: `attention_mask.sum()`."""
@@ -88,6 +103,11 @@ class TrainModule(L.LightningModule):
 
     # --- training ----------------------------------------------------------------------------
     def training_step(self, batch, batch_idx):
+        if self.sifter is not None:
+            batch = self._sifted_batch()
+        elif isinstance(batch, Mapping) and "skipped_records" in batch:
+            self.skipped_records += int(batch.pop("skipped_records"))
+        self.step_batch = batch
         loss = self.compute_loss(batch)
         self.consumed_batches += 1
         self._step_losses.append(loss.detach())
@@ -101,7 +121,49 @@ class TrainModule(L.LightningModule):
                                          "for non-finite values; lower the learning rate or train in float32")
             self._last_step_loss = step_loss
             self.log("train/loss", step_loss, prog_bar=True, on_step=True, on_epoch=False, sync_dist=True)
+            if self.sifter is not None:
+                self._log_sifting()
         return loss
+
+    # --- smart sifting (core/sifting.py) -------------------------------------------------------
+    def on_train_start(self) -> None:
+        if self.sifter is not None:
+            if type(self.trainer.strategy).__name__.startswith("FSDP"):
+                raise ValueError("smart sifting runs its scoring forwards on each rank's own schedule, which FSDP's "
+                                 "collective forward cannot: train with sifting.enabled=false, or with DDP")
+            self.sifter.setup(self.global_rank, self.trainer.world_size, self.trainer.accumulate_grad_batches)
+
+    def _sifted_batch(self):
+        world, accumulate = self.trainer.world_size, self.trainer.accumulate_grad_batches
+        lane = self.sifter.lane_of(self.consumed_batches, self.global_rank, world, accumulate)
+        return self.sifter.next_batch(lane, self.global_step, self._score,
+                                      lambda b: self.transfer_batch_to_device(b, self.device, 0))
+
+    def _score(self, batch) -> torch.Tensor:
+        """Per-sample losses without gradients, in eval mode, leaving the global RNG as it was (a kept sample trains
+        exactly as it would have without sifting)."""
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+            self.eval()
+            try:
+                return self.sample_losses(batch)
+            finally:
+                self.train()
+
+    def _log_sifting(self) -> None:
+        counts = torch.tensor(self.sifter.take_step_counts(), dtype=torch.float64, device=self.device)
+        forwarded, backpropagated = self.trainer.strategy.reduce(counts, reduce_op="sum").tolist()
+        self.log_dict({"sift/forwarded": forwarded, "sift/backpropagated": backpropagated,
+                       "sift/kept_fraction": backpropagated / forwarded if forwarded else 1.0},
+                      on_step=True, on_epoch=False)
+
+    def sifting_totals(self) -> dict[str, float]:
+        """The phase's `sift/forwarded` and `sift/backpropagated` samples (all ranks) and scoring seconds (rank 0's)."""
+        counts = torch.tensor(self.sifter.totals(), dtype=torch.float64, device=self.device)
+        forwarded, backpropagated = self.trainer.strategy.reduce(counts, reduce_op="sum").tolist()
+        return {"sift/forwarded": int(forwarded), "sift/backpropagated": int(backpropagated),
+                "sift/kept_fraction": backpropagated / forwarded if forwarded else 1.0,
+                "sift/score_seconds": round(self.sifter.score_seconds, 3)}
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
         """Under FSDP the norm spans every rank's shards: torch's FSDP root module clips (Lightning's plugin refuses)."""
@@ -138,13 +200,25 @@ class TrainModule(L.LightningModule):
         for logger in self.trainer.loggers:
             logger.save()
         rank, world = _rank_world()
+        sifter = self.sifter.state() if self.sifter is not None else None
         if world > 1:  # every rank's RNG states (only rank 0 writes the file); all ranks take part in a save
             every = [None] * world
             torch.distributed.all_gather_object(every, checkpoint["rng"])
             checkpoint["rng_per_rank"] = every
+            if sifter is not None:
+                lanes = [None] * world
+                torch.distributed.all_gather_object(lanes, sifter)
+                sifter = [lane for per_rank in lanes for lane in per_rank]
+        if sifter is not None:
+            checkpoint["sifter"] = {"lanes": sifter, "num_lanes": self.sifter.num_lanes}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.consumed_batches = int(checkpoint.get("consumed_batches", 0))
+        if self.sifter is not None:
+            if "sifter" not in checkpoint:
+                raise ValueError("the checkpoint was written without smart sifting, and this run sifts: resume with the "
+                                 "settings the run was started with (sifting.enabled=false)")
+            self.sifter.load(checkpoint["sifter"]["lanes"], int(checkpoint["sifter"]["num_lanes"]))
         per_rank = checkpoint.get("rng_per_rank") or []
         rank, world = _rank_world()
         if world > 1 and len(per_rank) == world:

@@ -29,6 +29,10 @@ Rerunning a command never loses what its run recorded (docs/reliability.md): ran
 figures of phases finished earlier (also kept per phase in progress.json), the weights are checksummed with the
 config they were trained with (core/weights.py), and a run whose checkpoints all fail stops instead of
 restarting from step 0 (core/checkpoint.py).
+
+With `sifting.enabled` (core/sifting.py) each phase's module makes its own micro-batches; the phase's
+`sift/*` figures go to results.json's `train` section and the run's totals (`sift/forwarded`,
+`sift/backpropagated`) to its top level.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from core.checkpoint import peek, remove_stray_tmp, resume_checkpoint
 from core.interfaces import Task
 from core.loggers import build_loggers, log_artifacts
 from core.run_lock import run_lock
+from core.sifting import Sifter, SiftingSettings
 from core.strategies import fsdp_wrapped, save_weights
 from core.throughput import ThroughputMonitor
 from core.trainer import build_trainer, world_size
@@ -66,13 +71,15 @@ warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
 def run_name(cfg: DictConfig) -> str:
     """`run.name` if set, else `run.name_parts` joined by '-' with the first 8 hex digits of the SHA-1 of the
     resolved config (`run.name`, `run.lock_wait` and the after-training evaluation `eval` left out: adding a benchmark
-    to a finished run evaluates it instead of training a new one)."""
+    to a finished run evaluates it instead of training a new one; `sifting` too while it is off)."""
     if cfg.run.get("name"):
         return str(cfg.run.name)
     body = OmegaConf.to_container(cfg, resolve=True)
     body["run"].pop("name", None)
     body["run"].pop("lock_wait", None)
     body.pop("eval", None)
+    if not (body.get("sifting") or {}).get("enabled"):
+        body.pop("sifting", None)  # runs without sifting keep the names they had before the block existed
     digest = hashlib.sha1(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:8]
     parts = [str(p) for p in cfg.run.get("name_parts") or []]
     return "-".join([*parts, digest])
@@ -240,6 +247,9 @@ def _train(cfg: DictConfig, task: Task, run_dir: Path) -> dict:
         datamodule.setup("fit")
         steps = phase_steps(cfg, phase, datamodule.num_samples)
         module = task.build_module(cfg, phase, model, total_steps=steps)
+        sifting = SiftingSettings.from_config(cfg.get("sifting"))
+        if sifting.enabled:  # the module draws and sifts its micro-batches; the loop only counts them
+            module.sifter, datamodule.sifting = Sifter(sifting, datamodule, seed=cfg.seed + index), True
         resume_step = ckpt_info["global_step"] if resume else 0
         loggers = build_loggers(cfg, run_dir, step_offset, resume_step, name,
                                 last_row=ckpt_info.get("last_step_metrics") if resume else None)
@@ -255,6 +265,8 @@ def _train(cfg: DictConfig, task: Task, run_dir: Path) -> dict:
         save_weights(trainer.strategy, model, weights)  # rank 0 writes; under FSDP every rank gathers
         figures = {f"{phase.name}/train_loss": float(trainer.callback_metrics.get("train/loss", float("nan")))}
         figures.update({f"{phase.name}/{k}": v for k, v in datamodule.report().items()})
+        if module.sifter is not None:
+            figures.update({f"{phase.name}/{k}": v for k, v in module.sifting_totals().items()})
         for monitor in (c for c in trainer.callbacks if isinstance(c, ThroughputMonitor) and c.total_flops is not None):
             figures[f"{phase.name}/train_flops"] = monitor.total_flops  # the core's counter, all ranks
         if trainer.global_rank == 0:
@@ -273,12 +285,23 @@ def _train(cfg: DictConfig, task: Task, run_dir: Path) -> dict:
         earlier = {k: v for figures in progress.get("figures", {}).values() for k, v in figures.items()}
         results = {"run_dir": results["run_dir"], **previous_train, **earlier,
                    **{k: v for k, v in results.items() if k != "run_dir"}}
-        update_results(run_dir, {"train": {k: v for k, v in results.items() if k != "run_dir"}})
+        train_figures = {k: v for k, v in results.items() if k != "run_dir"}
+        update_results(run_dir, {"train": train_figures, **sifting_totals(train_figures)})
         log_artifacts(loggers, [run_dir / "config.yaml", run_dir / "results.json"])
         print_report(results, title=f"run {name}")
         from core.after_training import evaluate_after_training  # cfg.eval.benchmarks (conf/train.yaml)
         evaluate_after_training(cfg, run_dir)
     return results
+
+
+def sifting_totals(train_figures: dict) -> dict:
+    """The run's `sift/forwarded` and `sift/backpropagated` samples over its phases (none when no phase sifted)."""
+    totals = {}
+    for key in ("sift/forwarded", "sift/backpropagated"):
+        values = [v for k, v in train_figures.items() if k.endswith("/" + key)]
+        if values:
+            totals[key] = int(sum(values))
+    return totals
 
 
 def _is_current(ckpt: Path, step: int, phase: str) -> bool:

@@ -68,6 +68,8 @@ class ThroughputMonitor(L.Callback):
         self._step_before_batch = trainer.global_step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if getattr(pl_module, "step_batch", None) is not None:  # the batch it trained on (a sifter's, not the loop's)
+            batch = pl_module.step_batch
         tokens, flops = pl_module.batch_tokens(batch), pl_module.batch_flops(batch)
         self._has_tokens |= tokens is not None
         self._has_flops |= flops is not None

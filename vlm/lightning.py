@@ -42,6 +42,7 @@ from rich.console import Console
 from core.data import StreamDataModule
 from core.flops import hf_decoder_flops_per_token
 from core.module import TrainModule
+from core.sifting import mean_token_loss_per_row
 from core.progress import track
 from data.image_decode import DEFAULT_IMAGES, ImagePolicy
 from data.llava import load_llava
@@ -66,21 +67,24 @@ class VLMModule(TrainModule):
         if has_lora(self.model.backbone):  # LoRA: training the backbone means training its adapters only
             freeze_all_but_adapters(self.model.backbone)
 
-    undecodable = 0  # samples skipped as undecodable (data.skip_bad) in this process's batches
-
-    def training_step(self, batch, batch_idx):
-        self.undecodable += int(batch.pop("skipped_records", 0))
-        return super().training_step(batch, batch_idx)
-
     def on_train_end(self) -> None:
         """Add the samples skipped at decode on every rank to the data module's skip counts (results.json)."""
-        total = int(self.trainer.strategy.reduce(torch.tensor(float(self.undecodable), device=self.device), reduce_op="sum"))
+        mine = self.skipped_records + (self.sifter.skipped_records if self.sifter is not None else 0)
+        total = int(self.trainer.strategy.reduce(torch.tensor(float(mine), device=self.device), reduce_op="sum"))
         datamodule = getattr(self.trainer, "datamodule", None)
         if total and datamodule is not None and hasattr(datamodule, "skipped"):
             datamodule.skipped["undecodable image"] += total
 
     def compute_loss(self, batch):
         return self.model(**batch).loss
+
+    def sample_losses(self, batch):
+        """Each row's mean loss over its supervised tokens (the answers), images spliced in as in training."""
+        embeds, mask, labels = self.model.splice(batch["input_ids"], batch["attention_mask"], batch["labels"],
+                                                 batch.get("pixel_values"), batch.get("image_mask"),
+                                                 batch.get("image_positions"))
+        logits = self.model.backbone(inputs_embeds=embeds, attention_mask=mask).logits
+        return mean_token_loss_per_row(logits, labels)
 
     @staticmethod
     def _images(batch) -> tuple[int, int]:

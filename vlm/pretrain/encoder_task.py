@@ -101,6 +101,9 @@ class EncoderPretrainModule(TrainModule):
     def compute_loss(self, batch):
         return self.model.loss(batch)
 
+    def sample_losses(self, batch):
+        return self.model.sample_losses(batch)
+
     def on_train_end(self) -> None:
         if self.trainer.global_rank == 0:
             export_tower(self.model, Path(self.trainer.default_root_dir) / EXPORT)

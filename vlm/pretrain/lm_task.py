@@ -30,6 +30,7 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from core.data import StreamDataModule
 from core.module import TrainModule
+from core.sifting import mean_token_loss_per_row
 from data.atomic import atomic_directory
 from vlm.prompting import IGNORE_INDEX, build_prompt_format
 from vlm.pretrain.encoder_task import EXPORT
@@ -144,6 +145,10 @@ class LMPretrainModule(TrainModule):
 
     def compute_loss(self, batch):
         return self.model.loss(batch)
+
+    def sample_losses(self, batch):
+        out = self.model.lm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
+        return mean_token_loss_per_row(out.logits, batch["labels"])
 
     def on_train_end(self) -> None:
         if self.trainer.global_rank == 0:

@@ -95,6 +95,17 @@ class ContrastiveObjective(nn.Module):
             return self.criterion(image, text, scale)
         return self.criterion(image, text, scale, self.logit_bias)
 
+    def sample_losses(self, batch: dict) -> torch.Tensor:
+        """Each pair's share of the loss: CLIP, its image's and its caption's cross-entropy (averaged); SigLIP, its
+        image's sigmoid losses against every caption of the batch (the batch loss is their mean, as open_clip's)."""
+        image, text = self.encode_image(batch["pixel_values"]), self.encode_text(batch["text"])
+        logits = self.logit_scale.exp() * image @ text.T
+        if self.logit_bias is None:
+            labels = torch.arange(len(image), device=image.device)
+            return (F.cross_entropy(logits, labels, reduction="none") + F.cross_entropy(logits.T, labels, reduction="none")) / 2
+        signs = 2 * torch.eye(len(image), device=image.device, dtype=logits.dtype) - 1
+        return -F.logsigmoid(signs * (logits + self.logit_bias)).sum(1)
+
 
 class SupervisedObjective(nn.Module):
     """Multi-label attribute classification: a linear head on the tower's pooled feature, BCE with logits."""
@@ -111,6 +122,10 @@ class SupervisedObjective(nn.Module):
 
     def loss(self, batch: dict) -> torch.Tensor:
         return F.binary_cross_entropy_with_logits(self.logits(batch["pixel_values"]), batch["labels"].float())
+
+    def sample_losses(self, batch: dict) -> torch.Tensor:
+        return F.binary_cross_entropy_with_logits(self.logits(batch["pixel_values"]), batch["labels"].float(),
+                                                  reduction="none").mean(1)
 
 
 class MAEObjective(nn.Module):
@@ -135,9 +150,16 @@ class MAEObjective(nn.Module):
         self.decoder_pred = nn.Linear(decoder_dim, self.patch_size**2 * 3)
 
     def loss(self, batch: dict) -> torch.Tensor:
+        return F.mse_loss(*self._reconstruction(batch["pixel_values"]))
+
+    def sample_losses(self, batch: dict) -> torch.Tensor:
+        pred, target = self._reconstruction(batch["pixel_values"])
+        return (pred - target).pow(2).mean((1, 2))
+
+    def _reconstruction(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(predicted, target) pixels of the masked patches (rows, masked patches, pixels), the masking random."""
         from lightly.models import utils
 
-        images = batch["pixel_values"]
         idx_keep, idx_mask = utils.random_token_mask(size=(images.shape[0], self.num_patches), mask_ratio=self.mask_ratio,
                                                      mask_class_token=True, device=images.device)
         encoded = self.encoder.encode(images=images, idx_keep=idx_keep)
@@ -149,7 +171,7 @@ class MAEObjective(nn.Module):
         if self.norm_pix_loss:
             mean, var = target.mean(-1, keepdim=True), target.var(-1, keepdim=True)
             target = (target - mean) / (var + 1e-6).sqrt()
-        return F.mse_loss(pred, target)
+        return pred, target
 
 
 def build_objective(objective: str, img_size: int, num_labels: int = 0, settings: dict | None = None) -> nn.Module:
