@@ -9,6 +9,7 @@ and the single-process resume train in this process.
 """
 
 import contextlib
+import json
 import csv
 import os
 import signal
@@ -104,3 +105,32 @@ def test_two_process_ddp_equals_one_process_accumulating_and_resumes_exactly_aft
     assert_same_losses(step_losses(tmp_path / "ddp"), step_losses(tmp_path / "one"), 12, tolerance=1e-5)
     final = torch.load(tmp_path / "ddp" / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
     assert final["global_step"] == 12 and final["consumed_batches"] == 12 and len(final["rng_per_rank"]) == 2
+
+
+SIFT = ("sifting.enabled=true", "sifting.beta=2.0", "sifting.history=16")  # the probabilistic rule: window and RNG in play
+
+
+def test_sigkill_then_same_command_resumes_exactly_with_sifting_on(tmp_path, capsys):
+    """The sifter's lanes (positions, queues of kept samples, loss windows, RNGs) are in the checkpoint: a killed
+    sifting run continues with the same losses and the same sample counts as an uninterrupted one."""
+    args = dict(steps=12, every=4)
+    killed_at = kill_at_first_checkpoint(command(tmp_path, "killed", *SIFT, **args), tmp_path / "killed")
+    assert 0 < killed_at < 12
+    train(compose_cfg(*overrides(tmp_path, "killed", *SIFT, **args)))
+    assert f"resuming at step {killed_at}" in capsys.readouterr().out.replace("\n", " ")
+    train(compose_cfg(*overrides(tmp_path, "reference", *SIFT, **args)))
+    assert_same_losses(step_losses(tmp_path / "killed"), step_losses(tmp_path / "reference"), 12, tolerance=1e-6)
+    got, want = (json.loads((tmp_path / name / "results.json").read_text()) for name in ("killed", "reference"))
+    assert got["sift/forwarded"] == want["sift/forwarded"] > got["sift/backpropagated"] == want["sift/backpropagated"]
+
+
+def test_two_process_ddp_equals_one_process_accumulating_with_sifting_on(tmp_path):
+    """Sifting lanes are micro-batch slots: 2 ranks x 1 and 1 process x 2 accumulation sift alike."""
+    steps = dict(steps=8, every=8, stage=ONE_PHASE)
+    train(compose_cfg(*overrides(tmp_path, "one", "trainer.micro_batch_size=2", *SIFT, **steps)))
+    ddp = subprocess.run(command(tmp_path, "ddp", *DDP, "trainer.micro_batch_size=2", *SIFT, **steps), cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    assert_same_losses(step_losses(tmp_path / "ddp"), step_losses(tmp_path / "one"), 8, tolerance=1e-5)
+    got, want = (json.loads((tmp_path / name / "results.json").read_text()) for name in ("ddp", "one"))
+    assert got["sift/forwarded"] == want["sift/forwarded"] > got["sift/backpropagated"] == want["sift/backpropagated"]
