@@ -199,6 +199,39 @@ def _plot(table: dict, out: Path) -> None:
         plt.close(fig)
 
 
+def who_is_kept(run_dir: Path, keep: float = 0.5) -> str:
+    """Which MT10 samples a trained behavior run's losses would keep at `keep` (the highest losses): per task, and
+    for the last 20 frames of each episode (the expert's steps after success) against the rest."""
+    import numpy as np
+    import torch
+    from hydra.utils import instantiate
+
+    from behavior.inference import load
+    from behavior.lightning import BehaviorTask
+    from behavior.metaworld import task_names
+    from core.safe_load import load_run_config
+    from data.lerobot import read_dataset
+
+    cfg = load_run_config(Path(run_dir), {"env": "env"})  # its dataset target checked against conf/env
+    policy, demos = load(run_dir), BehaviorTask.load_demonstrations(cfg)
+    ids, _ = policy.codec.encode(demos.normalised_chunks())
+    tensors = {"states": torch.from_numpy(demos.states), "task": torch.from_numpy(demos.task), "tokens": torch.from_numpy(ids)}
+    with torch.no_grad():
+        losses = torch.cat([policy.sample_losses({k: v[i : i + 4096] for k, v in tensors.items()})
+                            for i in range(0, len(demos), 4096)]).numpy()
+    kept = losses >= np.quantile(losses, 1 - keep)
+    episode = read_dataset(instantiate(cfg.env.dataset)).frames()["episode_index"]
+    ends = np.r_[np.flatnonzero(episode[1:] != episode[:-1]), len(episode) - 1]
+    to_end = np.repeat(ends, np.diff(np.r_[-1, ends])) - np.arange(len(episode))
+    tail = to_end < int(cfg.env.dataset.after_success)
+    names = task_names(cfg.env.tasks)
+    lines = [f"| samples | share of all | share of the kept {keep:.0%} | mean loss |", "|---|---:|---:|---:|"]
+    for label, mask in [*((n, demos.task == i) for i, n in enumerate(names)),
+                        ("last 20 frames of an episode", tail), ("the other frames", ~tail)]:
+        lines.append(f"| {label} | {mask.mean():.1%} | {kept[mask].sum() / kept.sum():.1%} | {losses[mask].mean():.3f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=["behavior", "vlm", "both"], default="both")
@@ -211,7 +244,11 @@ def main() -> None:
     parser.add_argument("--vlm-steps", type=int, default=300)
     parser.add_argument("--questions", type=int, default=1000)
     parser.add_argument("--report", action="store_true")
+    parser.add_argument("--who-is-kept", metavar="RUN_DIR", help="which samples a trained behavior run's losses keep")
     args = parser.parse_args()
+    if args.who_is_kept:
+        print(who_is_kept(Path(args.who_is_kept)))
+        return
     if args.report:
         print(report(Path(args.out)))
         return
