@@ -16,7 +16,7 @@ Every configuration forwards the same samples (the same epochs of data): the sif
 percentile**1, which keeps half on average); `uniform50` (a random half: the control).
 
 Writes `reproduction/sifting/results.csv` (task, config, seed, metric, value) and, per run, its items
-(`items.json`: per-question / per-episode scores) for the intervals; `--report` prints the table (mean over
+(`reproduction/sifting/items/`: per-question / per-episode scores) for the intervals; `--report` prints the table (mean over
 seeds, 95% two-level bootstrap interval over seeds and items: eval/intervals.py; the paired difference to
 full training) and draws `docs/sifting_*.png`. Finished runs are not rerun.
 """
@@ -36,12 +36,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "reproduction" / "sifting" / "results.csv"
+ITEMS = RESULTS.parent / "items"  # TASK/CONFIG-sSEED.json: each question's / episode's score, for the intervals
 CONFIGS = {  # name: (keep fraction of the steps, sifting overrides)
     "full": (1.0, []),
     "sift_keep50": (0.5, ["sifting.enabled=true", "sifting.keep=0.5"]),
     "sift_beta1": (0.5, ["sifting.enabled=true", "sifting.beta=1.0"]),
     "uniform50": (0.5, ["sifting.enabled=true", "sifting.keep=0.5", "sifting.selector=uniform"]),
+    "sift_keep70": (0.7, ["sifting.enabled=true", "sifting.keep=0.7"]),
+    "uniform70": (0.7, ["sifting.enabled=true", "sifting.keep=0.7", "sifting.selector=uniform"]),
 }
+CONTROL = {"sift_keep50": "uniform50", "sift_beta1": "uniform50", "sift_keep70": "uniform70"}  # the same kept fraction
 PY = sys.executable
 
 
@@ -75,7 +79,7 @@ def behavior_job(args, config: str, seed: int) -> dict:
     metrics = results["benchmarks"]["rollouts"]
     n = args.episodes  # per task: successes as 0/1 items for the bootstrap
     items = {f"{task}/{i}": float(i < round(rate * n / 100)) for task, rate in metrics["per_task"].items() for i in range(n)}
-    (run_dir / "items.json").write_text(json.dumps(items))
+    save_items("behavior", config, seed, items)
     return {"task": "behavior", "config": config, "seed": seed, "success_rate": metrics["success_rate"],
             **_common(results, steps, train_s, steps * 256)}
 
@@ -100,7 +104,7 @@ def vlm_job(args, config: str, seed: int) -> dict:
 
     bench = OmegaConf.load(ROOT / "conf" / "benchmark" / "sort_of_clevr.yaml")
     _, items = benchmark_item_scores(bench, run_dir, limit=args.questions)
-    (run_dir / "items.json").write_text(json.dumps(items))
+    save_items("vlm", config, seed, items)
     return {"task": "vlm", "config": config, "seed": seed, "accuracy": metrics["accuracy"],
             "accuracy_non_relational": metrics["accuracy_non_relational"],
             "accuracy_relational": metrics["accuracy_relational"], **_common(results, steps, train_s, 2 * steps * 32)}
@@ -133,45 +137,61 @@ def write_row(row: dict) -> None:
                 writer.writerow([row["task"], row["config"], row["seed"], key, value])
 
 
-def report(out: Path) -> str:
-    """The table of docs/sifting.md from results.csv and the runs' items."""
+def report(plot: bool = True) -> str:
+    """The table of docs/sifting.md from results.csv and the items files (and, with `plot`, docs/sifting_*.png)."""
     import numpy as np
 
-    from eval.intervals import bootstrap_interval, paired_difference
+    from eval.intervals import bootstrap_interval
 
     rows = read_rows()
     table: dict = {}
     for r in rows:
         table.setdefault((r["task"], r["config"]), {}).setdefault(int(r["seed"]), {})[r["metric"]] = float(r["value"])
     lines = ["| task | configuration | seeds | steps × batch per phase | samples forwarded | backpropagated | "
-             "train wall (s) | of which scoring (s) | final metric (95% CI) | vs full (95% CI) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
+             "train wall (s) | of which scoring (s) | final metric (95% CI) | vs full (95% CI) | vs uniform subset (95% CI) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
     for task, metric, batch in (("behavior", "success_rate", 256), ("vlm", "accuracy", 32)):
-        full_items = _items(out, task, "full", sorted(table.get((task, "full"), {})))
+        full_items = _items(task, "full", sorted(table.get((task, "full"), {})))
         for config in CONFIGS:
             seeds = table.get((task, config))
             if not seeds:
                 continue
             order = sorted(seeds)
-            items = _items(out, task, config, order)
+            items = _items(task, config, order)
             mean, lo, hi = bootstrap_interval(items)
-            diff = ""
-            if config != "full" and full_items and len(full_items) == len(items):
-                d, dlo, dhi = paired_difference(items, full_items)
-                diff = f"{d:+.1f} [{dlo:+.1f}, {dhi:+.1f}]"
+            diff = versus(items, full_items) if config != "full" else ""
+            control = CONTROL.get(config)
+            control_seeds = sorted(table.get((task, control), {})) if control else []
+            vs_control = versus(items, _items(task, control, order)) if control_seeds == order else ""
             val = lambda k: np.mean([seeds[s][k] for s in order])  # noqa: E731
             lines.append(f"| {task} | {config} | {len(order)} | {int(val('steps_per_phase'))} × {batch} | "
                          f"{val('forwarded'):,.0f} | {val('backpropagated'):,.0f} | {val('train_seconds'):.0f} | "
-                         f"{val('score_seconds'):.0f} | {metric} {mean:.1f} [{lo:.1f}, {hi:.1f}] | {diff} |")
-    _plot(table, out)
+                         f"{val('score_seconds'):.0f} | {metric} {mean:.1f} [{lo:.1f}, {hi:.1f}] | {diff} | {vs_control} |")
+    if plot:
+        _plot(table)
     return "\n".join(lines)
 
 
-def _items(out: Path, task: str, config: str, seeds: list[int]) -> list[dict]:
-    return [json.loads((Path(out) / task / f"{config}-s{s}" / "items.json").read_text()) for s in seeds]
+def versus(items: list[dict], base: list[dict]) -> str:
+    """The paired difference (same seeds, same items) with its 95% interval, or '' without the same seeds."""
+    from eval.intervals import paired_difference
+
+    if not base or len(base) != len(items):
+        return ""
+    d, lo, hi = paired_difference(items, base)
+    return f"{d:+.1f} [{lo:+.1f}, {hi:+.1f}]"
 
 
-def _plot(table: dict, out: Path) -> None:
+def save_items(task: str, config: str, seed: int, items: dict) -> None:
+    (ITEMS / task).mkdir(parents=True, exist_ok=True)
+    (ITEMS / task / f"{config}-s{seed}.json").write_text(json.dumps(items, sort_keys=True))
+
+
+def _items(task: str, config: str, seeds: list[int]) -> list[dict]:
+    return [json.loads((ITEMS / task / f"{config}-s{s}.json").read_text()) for s in seeds]
+
+
+def _plot(table: dict) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -188,7 +208,7 @@ def _plot(table: dict, out: Path) -> None:
         for config in configs:
             seeds = sorted(table[(task, config)])
             wall = np.mean([table[(task, config)][s]["train_seconds"] for s in seeds])
-            mean, lo, hi = bootstrap_interval(_items(out, task, config, seeds))
+            mean, lo, hi = bootstrap_interval(_items(task, config, seeds))
             ax.errorbar([wall], [mean], yerr=[[mean - lo], [hi - mean]], fmt="o", capsize=4, label=config)
         ax.set_xlabel("training wall time (s, mean over seeds)")
         ax.set_ylabel(metric)
@@ -250,7 +270,7 @@ def main() -> None:
         print(who_is_kept(Path(args.who_is_kept)))
         return
     if args.report:
-        print(report(Path(args.out)))
+        print(report())
         return
     done = {(r["task"], r["config"], int(r["seed"])) for r in read_rows()}
     jobs = []
@@ -269,7 +289,7 @@ def main() -> None:
         for row in pool.map(lambda job: job[0](args, job[1], job[2]), jobs):
             write_row(row)
             print(json.dumps(row), flush=True)
-    print(report(Path(args.out)))
+    print(report())
 
 
 if __name__ == "__main__":
