@@ -36,6 +36,8 @@ import torch
 from torch import nn
 from transformers import get_scheduler
 
+from core.sifting import check_strategy
+
 
 class TrainModule(L.LightningModule):
     """Base for task modules. `phase` is one phase of `cfg.stage.phases` (name, trainable, optim)."""
@@ -128,9 +130,7 @@ class TrainModule(L.LightningModule):
     # --- smart sifting (core/sifting.py) -------------------------------------------------------
     def on_train_start(self) -> None:
         if self.sifter is not None:
-            if type(self.trainer.strategy).__name__.startswith("FSDP"):
-                raise ValueError("smart sifting runs its scoring forwards on each rank's own schedule, which FSDP's "
-                                 "collective forward cannot: train with sifting.enabled=false, or with DDP")
+            check_strategy(self.trainer.strategy)
             self.sifter.setup(self.global_rank, self.trainer.world_size, self.trainer.accumulate_grad_batches)
 
     def _sifted_batch(self):

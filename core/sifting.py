@@ -66,6 +66,16 @@ def fixed_keep_count(drawn_before: int, drawn_now: int, keep: float) -> int:
     return math.floor(keep * (drawn_before + drawn_now) + 1e-9) - math.floor(keep * drawn_before + 1e-9)
 
 
+def check_strategy(strategy) -> None:
+    """Sifting's scoring forwards run on each rank's own schedule: FSDP, whose forward is collective, is refused."""
+    from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
+
+    if isinstance(strategy, (FSDPStrategy, ModelParallelStrategy)):
+        raise ValueError(f"smart sifting runs its scoring forwards on each rank's own schedule, which the collective "
+                         f"forward of {type(strategy).__name__} cannot follow: train with sifting.enabled=false, or with "
+                         "DDP (trainer=ddp)")
+
+
 class SiftingSettings:
     """`cfg.sifting`, checked: a wrong value names the key and what it may be."""
 

@@ -113,3 +113,14 @@ def test_mean_token_loss_per_row_matches_transformers_loss_on_each_row():
         for r in range(2):
             torch.testing.assert_close(rows[r], lm(input_ids=ids[r : r + 1], labels=labels[r : r + 1]).loss)
     assert rows[2] == 0
+
+
+def test_fsdp_is_refused_and_ddp_is_not():
+    from lightning.pytorch.strategies import DDPStrategy
+
+    from core.sifting import check_strategy
+    from core.strategies import UnitsFSDPStrategy
+
+    with pytest.raises(ValueError, match="UnitsFSDPStrategy.*sifting.enabled=false"):
+        check_strategy(UnitsFSDPStrategy())
+    check_strategy(DDPStrategy())
