@@ -151,19 +151,21 @@ class TrainModule(L.LightningModule):
                 self.train()
 
     def _log_sifting(self) -> None:
-        counts = torch.tensor(self.sifter.take_step_counts(), dtype=torch.float64, device=self.device)
-        forwarded, backpropagated = self.trainer.strategy.reduce(counts, reduce_op="sum").tolist()
-        self.log_dict({"sift/forwarded": forwarded, "sift/backpropagated": backpropagated,
-                       "sift/kept_fraction": backpropagated / forwarded if forwarded else 1.0},
-                      on_step=True, on_epoch=False)
+        self.log_dict(self._sift_counts(self.sifter.take_step_counts()), on_step=True, on_epoch=False)
 
     def sifting_totals(self) -> dict[str, float]:
         """The phase's `sift/forwarded` and `sift/backpropagated` samples (all ranks) and scoring seconds (rank 0's)."""
-        counts = torch.tensor(self.sifter.totals(), dtype=torch.float64, device=self.device)
-        forwarded, backpropagated = self.trainer.strategy.reduce(counts, reduce_op="sum").tolist()
-        return {"sift/forwarded": int(forwarded), "sift/backpropagated": int(backpropagated),
-                "sift/kept_fraction": backpropagated / forwarded if forwarded else 1.0,
+        counts = self._sift_counts(self.sifter.totals())
+        return {**counts, "sift/forwarded": int(counts["sift/forwarded"]),
+                "sift/backpropagated": int(counts["sift/backpropagated"]),
                 "sift/score_seconds": round(self.sifter.score_seconds, 3)}
+
+    def _sift_counts(self, counts: tuple[int, int]) -> dict[str, float]:
+        """(forwarded, backpropagated) of this rank summed over all ranks, with the kept fraction."""
+        summed = torch.tensor(counts, dtype=torch.float64, device=self.device)
+        forwarded, backpropagated = self.trainer.strategy.reduce(summed, reduce_op="sum").tolist()
+        return {"sift/forwarded": forwarded, "sift/backpropagated": backpropagated,
+                "sift/kept_fraction": backpropagated / forwarded if forwarded else 1.0}
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
         """Under FSDP the norm spans every rank's shards: torch's FSDP root module clips (Lightning's plugin refuses)."""
