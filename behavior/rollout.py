@@ -122,9 +122,34 @@ def rollout(policy, tasks: list[str], episodes_per_task: int, eval_seed: int, ho
                 start(slot)
     for env in envs:
         env.close()
-    per_task = {tasks[t]: 100.0 * float(np.mean(v)) for t, v in sorted(successes.items())}
-    return {"success_rate": float(np.mean(list(per_task.values()))), "per_task": per_task,
-            "mean_episode_length": float(np.mean(lengths)), "episodes": len(lengths)}
+    return rollout_metrics({tasks[t]: v for t, v in sorted(successes.items())}, lengths)
+
+
+def rollout_metrics(outcomes: dict[str, list[bool]], lengths: list[int]) -> dict:
+    """The metrics of finished episodes: `outcomes` {task: each episode's success}, `lengths` every episode's steps.
+
+    - `success_rate`: the mean over tasks of the per-task success rates (percent);
+    - `success_rate_ci_low`, `success_rate_ci_high`: the 95% Wilson interval (percent, `eval.wilson`) of the
+      pooled successes / episodes over all tasks. With the same number of episodes per task (what `rollout`
+      runs) the pooled rate equals the mean of the per-task rates, i.e. `success_rate`; with unequal
+      counts the interval is that of the pooled rate;
+    - `successes`, `episodes`: the pooled counts; `mean_episode_length`;
+    - `per_task`: {task: success percent} (unchanged, other tools read it), and beside it
+      `per_task_episodes` {task: n}, `per_task_successes` {task: k}, `per_task_ci` {task: [low, high]}
+      (95% Wilson, percent)."""
+    from eval.wilson import wilson_interval
+
+    counts = {task: (int(sum(map(bool, v))), len(v)) for task, v in outcomes.items() if len(v)}
+    per_task = {task: 100.0 * k / n for task, (k, n) in counts.items()}
+    k_all, n_all = sum(k for k, _ in counts.values()), sum(n for _, n in counts.values())
+    low, high = wilson_interval(k_all, n_all) if n_all else (float("nan"), float("nan"))
+    return {"success_rate": float(np.mean(list(per_task.values()))) if per_task else float("nan"),
+            "success_rate_ci_low": low, "success_rate_ci_high": high, "per_task": per_task,
+            "per_task_episodes": {task: n for task, (_, n) in counts.items()},
+            "per_task_successes": {task: k for task, (k, _) in counts.items()},
+            "per_task_ci": {task: list(wilson_interval(k, n)) for task, (k, n) in counts.items()},
+            "successes": k_all, "mean_episode_length": float(np.mean(lengths)) if lengths else float("nan"),
+            "episodes": len(lengths)}
 
 
 def render(env) -> np.ndarray:
@@ -181,10 +206,18 @@ class RolloutBenchmark:
 
 
 def print_table(metrics: dict) -> None:
+    """Success per task and the mean, with episodes and 95% Wilson intervals where the metrics carry them."""
     table = Table(title=f"success over {metrics['episodes']} episodes")
     table.add_column("task")
     table.add_column("success %", justify="right")
+    table.add_column("episodes", justify="right")
+    table.add_column("95% Wilson", justify="right")
+    episodes, cis = metrics.get("per_task_episodes", {}), metrics.get("per_task_ci", {})
+    interval = lambda ci: f"[{ci[0]:.1f}, {ci[1]:.1f}]" if ci else ""
     for task, rate in metrics["per_task"].items():
-        table.add_row(task, f"{rate:.1f}")
-    table.add_row("[bold]mean[/]", f"[bold]{metrics['success_rate']:.1f}[/]")
+        table.add_row(task, f"{rate:.1f}", str(episodes.get(task, "")), interval(cis.get(task)))
+    overall = ([metrics["success_rate_ci_low"], metrics["success_rate_ci_high"]]
+               if "success_rate_ci_low" in metrics else None)
+    table.add_row("[bold]mean[/]", f"[bold]{metrics['success_rate']:.1f}[/]", str(metrics["episodes"]),
+                  f"[bold]{interval(overall)}[/]")
     console.print(table)
