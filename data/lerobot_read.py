@@ -5,11 +5,20 @@ and frames out of order within an episode (`frame_index` or `timestamp` not stri
 the episode to the next), raise `LeRobotDataError` naming the file, the column, the episode and the frame: a policy
 must not train on them. Stored statistics (meta/stats.json, meta/episodes_stats.jsonl) that are not finite are
 refused too, naming the file, the feature and the statistic (a policy normalises its inputs with them).
+
+Camera features (dtype image / video, `LeRobotData.camera_keys`) are decoded only when asked for
+(`LeRobotData.camera_frames`): image columns are kept as their encoded structs {bytes, path} (checked at read time:
+the column's type, a bytes or path in every row, and the first frame's size against meta/info.json's shape, read from
+its header), video files are checked to exist and the episode table to name them. Decoding checks every frame's size,
+an undecodable image, and (data/lerobot_video.py) a video frame missing at a frame's timestamp, each raising
+`LeRobotDataError` naming the file, the feature, the episode and the frame.
 """
 
 from __future__ import annotations
 
+import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +26,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from data.lerobot_format import DEFAULT_CHUNK_SIZE, INDEX_COLUMNS, SUPPORTED_VERSIONS, LeRobotDataError
+from PIL import Image, ImageOps
+
+from data.image_decode import ImageDecodeError, decode_image, image_path, to_rgb
+from data.lerobot_format import CAMERA_DTYPES, DEFAULT_CHUNK_SIZE, INDEX_COLUMNS, SUPPORTED_VERSIONS, LeRobotDataError
 from data.lerobot_stats import QUANTILES, aggregate_stats, compute_stats, qkey, stats_from_json
+from data.lerobot_video import decode_at
 
 
 def _load_json(path: Path):
@@ -113,26 +126,106 @@ def finite_stats(stats: dict, where: str) -> dict:
     return stats
 
 
-def _read_frames(paths: list[Path], features: dict) -> dict[str, np.ndarray]:
+def frame_size(feature: dict, key: str, where) -> tuple[int, int]:
+    """(height, width) of a camera feature of meta/info.json: by its `names` ("height", "width") when it has them,
+    else its shape read as [H, W, C] (LeRobot's convention)."""
+    shape, names = feature.get("shape"), feature.get("names")
+    if not (isinstance(shape, list) and len(shape) == 3 and all(isinstance(n, int) and n > 0 for n in shape)):
+        raise LeRobotDataError(f"{where}: feature {key!r} has shape {shape!r}; a camera feature needs [H, W, 3]")
+    if isinstance(names, list) and "height" in names and "width" in names:
+        return shape[names.index("height")], shape[names.index("width")]
+    return shape[0], shape[1]
+
+
+def _image_column(col: pa.ChunkedArray, key: str, feature: dict, path: Path) -> pa.ChunkedArray:
+    """An image feature's column, checked (module docstring) but not decoded."""
+    t = col.type
+    fields = {t.field(i).name: t.field(i).type for i in range(t.num_fields)} if pa.types.is_struct(t) else {}
+    binary = (pa.types.is_binary, pa.types.is_large_binary)
+    text = (pa.types.is_string, pa.types.is_large_string)
+    if not ("bytes" in fields and "path" in fields and any(f(fields["bytes"]) for f in binary)
+            and any(f(fields["path"]) for f in text)):
+        raise LeRobotDataError(f"{path}: column {key!r} is {t}, but meta/info.json says it is an image feature, "
+                               "stored as image structs {bytes: binary, path: string} (HF datasets' Image)")
+    if col.null_count:
+        raise LeRobotDataError(f"{path}: column {key!r} has {col.null_count} missing images")
+    col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    empty = pc.and_(pc.is_null(col.field("bytes")), pc.is_null(col.field("path")))
+    if pc.any(empty).as_py():
+        row = int(np.argmax(empty.to_numpy(zero_copy_only=False)))
+        raise LeRobotDataError(f"{path}: column {key!r} row {row} has neither image bytes nor a path")
+    height, width = frame_size(feature, key, path)
+    first = col[0].as_py() if len(col) else None
+    if first and first["bytes"] is not None:
+        try:
+            with Image.open(io.BytesIO(first["bytes"])) as im:
+                size = im.size
+        except Exception as err:
+            raise LeRobotDataError(f"{path}: column {key!r} row 0: undecodable image bytes ({type(err).__name__}: "
+                                   f"{err})") from err
+        if size != (width, height):
+            raise LeRobotDataError(f"{path}: column {key!r} holds {size[1]}x{size[0]} (HxW) images but "
+                                   f"meta/info.json's features[{key!r}] shape says {height}x{width}")
+    return col
+
+
+def _read_frames(paths: list[Path], features: dict) -> tuple[dict[str, np.ndarray], dict[str, list]]:
+    """The frame columns (camera columns left out) and, per image feature, [(data file, its image column)]."""
     needed = [k for k, ft in features.items() if ft.get("dtype") != "video"]
+    image_keys = [k for k, ft in features.items() if ft.get("dtype") == "image"]
     for key in INDEX_COLUMNS:
         if key not in needed:
             needed.append(key)
-    parts = []
+    parts, images = [], {k: [] for k in image_keys}
     for path in paths:
         table = _read_parquet(path)
         missing = [k for k in needed if k not in table.column_names]
         if missing:
             raise LeRobotDataError(f"{path}: missing columns {missing} (meta/info.json features and the LeRobot "
                                    f"index columns {list(INDEX_COLUMNS)} must all be in every data file)")
-        part = {k: _column_to_numpy(table.column(k), k, path) for k in table.column_names}
+        for key in image_keys:
+            images[key].append((path, _image_column(table.column(key), key, features[key], path)))
+        part = {k: _column_to_numpy(table.column(k), k, path) for k in table.column_names if k not in image_keys}
         check_frames(part, path)
         parts.append(part)
     keys = [k for k in parts[0] if all(k in p for p in parts)]
     frames = {k: np.concatenate([p[k] for p in parts]) for k in keys}
     for v in frames.values():
         v.flags.writeable = False
-    return frames
+    return frames, images
+
+
+def _video_files(root: Path, info: dict, episodes: list[dict], version: str) -> dict[str, dict[Path, list]]:
+    """Per video feature: video file -> [(episode_index, from_timestamp)] of the episodes it holds, in order;
+    every file checked to exist."""
+    keys = [k for k, ft in info["features"].items() if ft.get("dtype") == "video"]
+    if not keys:
+        return {}
+    if not isinstance(info.get("video_path"), str):
+        raise LeRobotDataError(f"{root / 'meta/info.json'}: features {keys} are videos but video_path is "
+                               f"{info.get('video_path')!r}")
+    chunks_size = info.get("chunks_size", DEFAULT_CHUNK_SIZE)
+    out = {}
+    for key in keys:
+        files: dict[Path, list] = {}
+        for e in episodes:
+            i = e["episode_index"]
+            if version == "v3.0":
+                cols = [f"videos/{key}/{c}" for c in ("chunk_index", "file_index", "from_timestamp")]
+                if any(e.get(c) is None for c in cols):
+                    raise LeRobotDataError(f"{root / 'meta/episodes'}: episode {i} lacks {cols} for the video "
+                                           f"feature {key!r}")
+                path = root / info["video_path"].format(video_key=key, chunk_index=e[cols[0]], file_index=e[cols[1]])
+                start = float(e[cols[2]])
+            else:
+                path = root / info["video_path"].format(episode_chunk=i // chunks_size, video_key=key, episode_index=i)
+                start = 0.0
+            if path not in files and not path.is_file():
+                raise LeRobotDataError(f"{path}: video file not found (feature {key!r}, episode {i}); the dataset's "
+                                       "metadata refers to it")
+            files.setdefault(path, []).append((i, start))
+        out[key] = files
+    return out
 
 
 def _tasks_v3(root: Path) -> list[str]:
@@ -171,10 +264,10 @@ def _read_v3(root: Path, info: dict):
     episodes.sort(key=lambda e: e["episode_index"])
     locs = sorted(dict.fromkeys((e["data/chunk_index"], e["data/file_index"]) for e in episodes))
     paths = [root / info["data_path"].format(chunk_index=c, file_index=f) for c, f in locs]
-    frames = _read_frames(paths, info["features"])
+    frames, images = _read_frames(paths, info["features"])
     stats_path = root / "meta/stats.json"
     stats = finite_stats(stats_from_json(_load_json(stats_path)), str(stats_path)) if stats_path.exists() else {}
-    return tasks, episodes, frames, stats, paths[0].parent.parent
+    return tasks, episodes, frames, images, stats, paths[0].parent.parent
 
 
 def _read_v21(root: Path, info: dict):
@@ -196,24 +289,26 @@ def _read_v21(root: Path, info: dict):
     chunks_size = info.get("chunks_size", DEFAULT_CHUNK_SIZE)
     paths = [root / info["data_path"].format(episode_chunk=e["episode_index"] // chunks_size,
                                              episode_index=e["episode_index"]) for e in episodes]
-    frames = _read_frames(paths, info["features"])
+    frames, images = _read_frames(paths, info["features"])
     stats_path = root / "meta/episodes_stats.jsonl"
     per_ep = []
     for n, row in enumerate(_load_jsonl(stats_path)):
         if not isinstance(row.get("stats"), dict):
             raise LeRobotDataError(f"{stats_path}: line {n + 1} lacks a 'stats' object")
         per_ep.append(finite_stats(stats_from_json(row["stats"]), f"{stats_path}: line {n + 1}"))
-    return tasks, episodes, frames, aggregate_stats(per_ep), root / "data"
+    return tasks, episodes, frames, images, aggregate_stats(per_ep), root / "data"
 
 
 class LeRobotData:
-    """A LeRobot dataset read into memory (frames as read-only numpy arrays)."""
+    """A LeRobot dataset read into memory (frames as read-only numpy arrays; camera frames decoded on demand)."""
 
     def __init__(self, root: Path, info: dict, stats: dict, tasks: list[str], episodes: list[dict],
-                 frames: dict[str, np.ndarray]):
+                 frames: dict[str, np.ndarray], images: dict[str, list] | None = None,
+                 videos: dict[str, dict[Path, list]] | None = None):
         self.root, self.info, self.stats, self.tasks, self.episodes = root, info, stats, tasks, episodes
         self._frames = frames
         self._by_index = {e["episode_index"]: e for e in episodes}
+        self._images, self._videos = images or {}, videos or {}
 
     @property
     def fps(self) -> int:
@@ -223,8 +318,21 @@ class LeRobotData:
     def num_frames(self) -> int:
         return len(self._frames["index"])
 
+    @property
+    def camera_keys(self) -> list[str]:
+        """The camera features (dtype image or video), in meta/info.json's order."""
+        return [k for k, ft in self.info["features"].items() if ft.get("dtype") in CAMERA_DTYPES]
+
+    def feature(self, key: str) -> dict:
+        """meta/info.json's description of feature `key` (dtype, shape, names, and a video's info)."""
+        if key not in self.info["features"]:
+            raise LeRobotDataError(f"{self.root / 'meta/info.json'}: no feature {key!r}; the features are "
+                                   f"{list(self.info['features'])}")
+        return dict(self.info["features"][key])
+
     def frames(self) -> dict[str, np.ndarray]:
-        """column -> array over all frames, in dataset order (row i has index i)."""
+        """column -> array over all frames, in dataset order (row i has index i); camera features are not here
+        (`camera_frames`)."""
         return dict(self._frames)
 
     def episode(self, i: int) -> dict[str, np.ndarray]:
@@ -235,9 +343,87 @@ class LeRobotData:
         e = self._by_index[i]
         return {k: v[e["dataset_from_index"]:e["dataset_to_index"]] for k, v in self._frames.items()}
 
+    def camera_frames(self, key: str, transform: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+        """Every frame of camera feature `key`, decoded, in dataset order (row i = the frame with index i):
+        (N, H, W, 3) uint8, or (N, *shape) of what `transform` ((H, W, 3) uint8 -> an array of one fixed shape)
+        returns, applied to each frame as it is decoded (so full-size frames are never all held)."""
+        if key not in self.camera_keys:
+            raise LeRobotDataError(f"{self.root / 'meta/info.json'}: {key!r} is not a camera feature; the camera "
+                                   f"features are {self.camera_keys}")
+        height, width = frame_size(self.info["features"][key], key, self.root / "meta/info.json")
+        out = _FrameSink(self.num_frames, key, (height, width), transform)
+        if key in self._images:
+            self._decode_images(key, out)
+        else:
+            self._decode_videos(key, out)
+        return out.result()
+
+    def _label(self, key: str, row: int, file_row: int | None = None) -> str:
+        at = f" (row {file_row} of the file)" if file_row is not None else ""
+        return (f"feature {key!r}, episode {self._frames['episode_index'][row]}, "
+                f"frame_index {self._frames['frame_index'][row]}{at}")
+
+    def _decode_images(self, key: str, out: _FrameSink) -> None:
+        row = 0
+        for path, col in self._images[key]:
+            for n, (data, rel) in enumerate(zip(col.field("bytes").to_pylist(), col.field("path").to_pylist())):
+                where = f"{path}: {self._label(key, row, n)}"
+                out.put(row, _decode_image_struct(data, rel, self.root, where), where)
+                row += 1
+
+    def _decode_videos(self, key: str, out: _FrameSink) -> None:
+        timestamps = self._frames["timestamp"].astype(np.float64)
+        for path, held in self._videos[key].items():
+            rows = np.concatenate([np.arange(self._by_index[i]["dataset_from_index"],
+                                             self._by_index[i]["dataset_to_index"]) for i, _ in held])
+            starts = np.concatenate([np.full(self._by_index[i]["length"], start) for i, start in held])
+            decode_at(path, starts + timestamps[rows],
+                      emit=lambda j, rgb: out.put(int(rows[j]), rgb, f"{path}: {self._label(key, int(rows[j]))}"),
+                      describe=lambda j: self._label(key, int(rows[j])))
+
     def __repr__(self) -> str:
         return (f"LeRobotData({str(self.root)!r}, {self.info.get('codebase_version')}, "
                 f"{len(self.episodes)} episodes, {self.num_frames} frames, {len(self.tasks)} tasks)")
+
+
+def _decode_image_struct(data: bytes | None, rel: str | None, root: Path, where: str) -> np.ndarray:
+    """The (H, W, 3) uint8 pixels of one image struct: its bytes, else its file (a path inside the dataset root)."""
+    try:
+        if data is not None:
+            with Image.open(io.BytesIO(data)) as im:
+                return np.asarray(to_rgb(ImageOps.exif_transpose(im), where))
+        file = Path(rel) if Path(rel).is_absolute() and Path(rel).resolve().is_relative_to(root.resolve()) \
+            else image_path(root, rel)
+        return np.asarray(decode_image(file, max_pixels=None))
+    except ImageDecodeError as err:
+        raise LeRobotDataError(f"{where}: {err}") from err
+    except Exception as err:  # truncated, corrupt, not an image
+        raise LeRobotDataError(f"{where}: undecodable image {'bytes' if data is not None else rel!r} "
+                               f"({type(err).__name__}: {err})") from err
+
+
+class _FrameSink:
+    """The output array of `camera_frames`, allocated at the first frame (its shape after `transform`)."""
+
+    def __init__(self, n: int, key: str, size: tuple[int, int], transform):
+        self.n, self.key, self.size, self.transform, self.array = n, key, size, transform, None
+
+    def put(self, row: int, rgb: np.ndarray, where: str) -> None:
+        if rgb.shape != (*self.size, 3):
+            raise LeRobotDataError(f"{where}: the frame is {rgb.shape[0]}x{rgb.shape[1]} (HxW) but meta/info.json's "
+                                   f"features[{self.key!r}] shape says {self.size[0]}x{self.size[1]}")
+        value = np.asarray(self.transform(rgb)) if self.transform is not None else rgb
+        if self.array is None:
+            self.array = np.empty((self.n, *value.shape), dtype=value.dtype)
+        elif value.shape != self.array.shape[1:]:
+            raise ValueError(f"camera_frames({self.key!r}): transform returned shape {value.shape} at {where}, but "
+                             f"{self.array.shape[1:]} for the first frame; it must return one fixed shape")
+        self.array[row] = value
+
+    def result(self) -> np.ndarray:
+        if self.array is None:
+            return np.empty((self.n, *self.size, 3), dtype=np.uint8)
+        return self.array
 
 
 def read_dataset(path) -> LeRobotData:
@@ -254,7 +440,8 @@ def read_dataset(path) -> LeRobotData:
     missing = [k for k in ("fps", "features", "data_path") if k not in info]
     if missing:
         raise LeRobotDataError(f"{info_path}: missing keys {missing}")
-    tasks, episodes, frames, stats, data_dir = (_read_v3 if version == "v3.0" else _read_v21)(root, info)
+    tasks, episodes, frames, images, stats, data_dir = (_read_v3 if version == "v3.0" else _read_v21)(root, info)
+    videos = _video_files(root, info, episodes, version)
 
     # Frames must line up with the episode table: rows in index order, each episode contiguous.
     n = sum(e["length"] for e in episodes)
@@ -276,4 +463,4 @@ def read_dataset(path) -> LeRobotData:
     todo = {k: v for k, v in frames.items() if v.dtype.kind in "biuf" and not wanted <= set(stats.get(k, {}))}
     for key, st in compute_stats(todo).items():
         stats[key] = {**st, **stats.get(key, {})}
-    return LeRobotData(root, info, stats, tasks, episodes, frames)
+    return LeRobotData(root, info, stats, tasks, episodes, frames, images, videos)

@@ -3,6 +3,16 @@
 `compute_stats` computes them over frames; `aggregate_stats` combines per-episode
 statistics the way LeRobot does (v2.1's episodes_stats.jsonl); the JSON helpers
 convert to and from the file's lists.
+
+Camera features (image / video) get per-channel statistics of pixel values scaled
+to [0, 1], each of shape (3, 1, 1), the way LeRobot's `compute_episode_stats` does:
+over a subsample of an episode's frames (`sample_frames`: LeRobot's
+`sample_indices`, every frame of an episode up to 100 frames, then ~T^0.75 evenly
+spaced ones, at most 10,000; frames 300 pixels or larger on a side are strided
+down to about 150), and `count` is the number of sampled frames. They are computed
+exactly from per-channel histograms of the 256 pixel values (`pixel_histogram`,
+`pixel_stats`), which add up across episodes, so the dataset's stats are exact
+over all episodes' samples (quantiles as np.quantile's linear method).
 """
 
 from __future__ import annotations
@@ -61,3 +71,49 @@ def stats_to_json(stats: dict) -> dict:
 def stats_from_json(obj: dict) -> dict:
     return {k: {s: np.asarray(v, dtype=np.int64 if s == "count" else np.float64) for s, v in d.items()}
             for k, d in obj.items()}
+
+
+def sample_indices(length: int) -> np.ndarray:
+    """LeRobot's `sample_indices`: the frames of an episode of `length` frames its image stats are computed on."""
+    n = length if length < 100 else max(100, min(int(length ** 0.75), 10_000))
+    return np.round(np.linspace(0, length - 1, n)).astype(int)
+
+
+def sample_frames(frames: np.ndarray) -> np.ndarray:
+    """The (n, h, w, 3) uint8 subsample of (T, H, W, 3) frames that camera stats use (module docstring)."""
+    frames = frames[sample_indices(len(frames))]
+    height, width = frames.shape[1:3]
+    if max(height, width) >= 300:  # LeRobot's auto_downsample_height_width (target 150, threshold 300)
+        step = int(max(height, width) / 150)
+        frames = frames[:, ::step, ::step]
+    return frames
+
+
+def pixel_histogram(frames: np.ndarray) -> np.ndarray:
+    """(3, 256) int64 counts of each channel's pixel values in (n, h, w, 3) uint8 frames."""
+    flat = frames.reshape(-1, frames.shape[-1])
+    return np.stack([np.bincount(flat[:, c], minlength=256) for c in range(flat.shape[1])]).astype(np.int64)
+
+
+def pixel_stats(histogram: np.ndarray, num_frames: int) -> dict[str, np.ndarray]:
+    """min, max, mean, std, count (= num_frames) and q01..q99 of each channel, pixel values / 255, shape (3, 1, 1)."""
+    values = np.arange(histogram.shape[1], dtype=np.float64)
+    n = histogram.sum(1)
+    if (n == 0).any():
+        raise ValueError("pixel_stats: no pixels counted")
+    cum = np.cumsum(histogram, 1)
+
+    def value_at(rank: np.ndarray) -> np.ndarray:  # the rank-th smallest pixel value per channel (0-based)
+        return np.array([np.searchsorted(cum[c], rank[c], side="right") for c in range(len(cum))], dtype=np.float64)
+
+    mean = (histogram * values).sum(1) / n
+    std = np.sqrt((histogram * (values[None] - mean[:, None]) ** 2).sum(1) / n)
+    out = {"min": value_at(np.zeros_like(n)), "max": value_at(n - 1), "mean": mean, "std": std}
+    for p in QUANTILES:
+        pos = p * (n - 1)
+        lo = np.floor(pos).astype(np.int64)
+        low, high = value_at(lo), value_at(np.minimum(lo + 1, n - 1))
+        out[qkey(p)] = low + (pos - lo) * (high - low)
+    out = {k: (v / 255.0).reshape(-1, 1, 1) for k, v in out.items()}
+    out["count"] = np.array([num_frames], dtype=np.int64)
+    return out
