@@ -398,7 +398,8 @@ def _decode_image_struct(data: bytes | None, rel: str | None, root: Path, where:
     except ImageDecodeError as err:
         raise LeRobotDataError(f"{where}: {err}") from err
     except Exception as err:  # truncated, corrupt, not an image
-        raise LeRobotDataError(f"{where}: undecodable image {'bytes' if data is not None else rel!r} "
+        what = "bytes" if data is not None else f"file {rel!r}"
+        raise LeRobotDataError(f"{where}: undecodable image {what} "
                                f"({type(err).__name__}: {err})") from err
 
 
