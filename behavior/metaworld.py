@@ -15,6 +15,7 @@ success if `info["success"]` is ever 1 within the horizon.
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass
 
@@ -64,6 +65,7 @@ def make_env(task: str, benchmark_seed: int, render: bool = False, camera: str |
     warnings.filterwarnings("ignore", message=r"Constant\(s\) may be too high")
     view = {}
     if render:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless: gymnasium's default (glfw) needs a display
         view = {"render_mode": "rgb_array", **({"camera_name": camera} if camera else {}),
                 **({"width": int(size), "height": int(size)} if size else {})}
     try:
@@ -120,6 +122,7 @@ class Trajectory:
     actions: np.ndarray       # (T, 4) float32, clipped to [-1, 1]
     rewards: np.ndarray       # (T,) float32
     successes: np.ndarray     # (T,) bool: info["success"] after each action
+    frames: np.ndarray | None = None  # (T, H, W, 3) uint8: the camera frame of each observation (render=True)
 
     @property
     def success(self) -> bool:
@@ -127,15 +130,18 @@ class Trajectory:
 
 
 def run_expert(env, task: str, config_index: int, benchmark_seed: int, horizon: int = HORIZON,
-               after_success: int = 0, policy=None) -> Trajectory:
+               after_success: int = 0, policy=None, render: bool = False) -> Trajectory:
     """One scripted-expert episode (actions clipped to [-1, 1] before they are stepped and stored). It ends
     `after_success` steps after the first success (so demonstrations also show how to settle at the goal:
-    an episode cut at the first success never shows the states just past the success threshold)."""
+    an episode cut at the first success never shows the states just past the success threshold). `render=True`
+    (an env made with `render=True`) also keeps the camera frame of every observation."""
     policy = policy or expert(task)
     obs = select_config(env, config_index)
-    observations, actions, rewards, successes = [], [], [], []
+    observations, actions, rewards, successes, frames = [], [], [], [], []
     first = None
     for step in range(horizon):
+        if render:
+            frames.append(render_frame(env))
         action = np.clip(policy.get_action(obs), -1.0, 1.0).astype(np.float32)
         next_obs, reward, terminated, truncated, info = env.step(action)
         observations.append(obs)
@@ -148,4 +154,4 @@ def run_expert(env, task: str, config_index: int, benchmark_seed: int, horizon: 
         if (first is not None and step - first >= after_success) or terminated or truncated:
             break
     return Trajectory(task, config_index, benchmark_seed, np.stack(observations), np.stack(actions),
-                      np.asarray(rewards, dtype=np.float32), np.asarray(successes))
+                      np.asarray(rewards, dtype=np.float32), np.asarray(successes), np.stack(frames) if render else None)

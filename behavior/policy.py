@@ -2,11 +2,15 @@
 
 Both read the same inputs: the observation history (B, n_obs, S) — normalised
 here with the dataset's mean/std, stored as buffers so a checkpoint carries
-them — and the task index (B,). Actions are normalised to [-1, 1] with the
+them; S = 0 for a policy without state — the task index (B,), and, with a
+`vision` module (`behavior.vision.CameraTokens`), the current frame of each
+camera (`images`: (B, C, 3, h, w) encoder inputs, or their pooled encoder
+`image_features` precomputed for a frozen encoder). Actions are normalised to [-1, 1] with the
 dataset's q01/q99 (`behavior.normalize`) and un-normalised on the way out.
 
 `GPTPolicy`: a causal transformer over [task token, observation tokens, action
-tokens]; it predicts the tokens of an action chunk one at a time (teacher
+tokens]; camera tokens, when there are cameras, sit between the task and
+the observation tokens. It predicts the tokens of an action chunk one at a time (teacher
 forcing in training; a KV cache at inference, greedy or with a temperature).
 For k-means tokens a head also predicts each cluster's residual offset (BeT).
 The transformer is written out (pre-norm blocks on torch's SDPA) rather than
@@ -81,15 +85,16 @@ class Block(nn.Module):
 
 class GPTPolicy(nn.Module):
     def __init__(self, codec: ActionCodec, state_dim: int, num_tasks: int, n_obs: int = 1, d_model: int = 128,
-                 n_layers: int = 4, n_heads: int = 4, dropout: float = 0.1):
+                 n_layers: int = 4, n_heads: int = 4, dropout: float = 0.1, vision: nn.Module | None = None):
         super().__init__()
         self.codec, self.n_obs, self.state_dim = codec, n_obs, state_dim
         self.chunk_size, self.action_dim = codec.chunk_size, codec.action_dim
         self.norm = Normalisation(state_dim, codec.action_dim)
         self.task_embed = nn.Embedding(num_tasks, d_model)
-        self.obs_embed = nn.Linear(state_dim, d_model)
+        self.obs_embed = nn.Linear(state_dim, d_model) if state_dim else None
+        self.vision = vision
         self.token_embed = nn.Embedding(codec.vocab_size, d_model)
-        self.context = 1 + n_obs
+        self.context = 1 + (vision.num_tokens if vision is not None else 0) + (n_obs if state_dim else 0)
         self.pos_embed = nn.Parameter(torch.zeros(self.context + codec.max_tokens, d_model))
         self.blocks = nn.ModuleList(Block(d_model, n_heads, dropout) for _ in range(n_layers))
         self.ln_f = nn.LayerNorm(d_model)
@@ -97,8 +102,14 @@ class GPTPolicy(nn.Module):
         self.offset_head = nn.Linear(d_model, codec.offset_dim) if codec.offset_dim else None
         nn.init.normal_(self.pos_embed, std=0.02)
 
-    def _context(self, states: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.task_embed(task)[:, None], self.obs_embed(self.norm.obs(states))], 1)
+    def _context(self, states: torch.Tensor, task: torch.Tensor, images: torch.Tensor | None = None,
+                 image_features: torch.Tensor | None = None) -> torch.Tensor:
+        parts = [self.task_embed(task)[:, None]]
+        if self.vision is not None:
+            parts.append(self.vision(images, image_features))
+        if self.obs_embed is not None:
+            parts.append(self.obs_embed(self.norm.obs(states)))
+        return torch.cat(parts, 1)
 
     def _run(self, x: torch.Tensor, start: int, caches: list | None = None) -> torch.Tensor:
         x = x + self.pos_embed[start : start + x.shape[1]]
@@ -106,15 +117,16 @@ class GPTPolicy(nn.Module):
             x = block(x, None if caches is None else caches[i])
         return self.ln_f(x)
 
-    def forward(self, states: torch.Tensor, task: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, states: torch.Tensor, task: torch.Tensor, tokens: torch.Tensor, images: torch.Tensor | None = None,
+                image_features: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher forcing: hidden states and logits at the positions that predict tokens[:, i] (B, L, ·)."""
         inputs = tokens[:, :-1].clamp(min=0)  # IGNORE padding sits only after EOS: causally invisible to targets
-        x = torch.cat([self._context(states, task), self.token_embed(inputs)], 1)
+        x = torch.cat([self._context(states, task, images, image_features), self.token_embed(inputs)], 1)
         hidden = self._run(x, 0)[:, self.context - 1 :]
         return hidden, self.head(hidden)
 
     def loss(self, batch: dict) -> torch.Tensor:
-        hidden, logits = self(batch["states"], batch["task"], batch["tokens"])
+        hidden, logits = self(batch["states"], batch["task"], batch["tokens"], batch.get("images"), batch.get("image_features"))
         loss = F.cross_entropy(logits.flatten(0, 1), batch["tokens"].flatten(), ignore_index=IGNORE)
         if self.offset_head is not None:  # BeT: the offset of the true cluster at each action token
             loss = loss + F.mse_loss(self._picked_offsets(hidden, batch["tokens"]), batch["offsets"])
@@ -122,7 +134,7 @@ class GPTPolicy(nn.Module):
 
     def sample_losses(self, batch: dict) -> torch.Tensor:
         """Each row's mean action-token loss (plus its offset error, BeT), what smart sifting ranks rows by."""
-        hidden, logits = self(batch["states"], batch["task"], batch["tokens"])
+        hidden, logits = self(batch["states"], batch["task"], batch["tokens"], batch.get("images"), batch.get("image_features"))
         tokens = batch["tokens"]
         per_token = F.cross_entropy(logits.flatten(0, 1), tokens.flatten(), ignore_index=IGNORE, reduction="none")
         counted = (tokens != IGNORE).sum(1)
@@ -137,11 +149,12 @@ class GPTPolicy(nn.Module):
 
     @torch.inference_mode()
     def generate(self, states: torch.Tensor, task: torch.Tensor, temperature: float = 0.0,
-                 generator: torch.Generator | None = None) -> tuple[list[list[int]], np.ndarray | None]:
+                 generator: torch.Generator | None = None, images: torch.Tensor | None = None,
+                 image_features: torch.Tensor | None = None) -> tuple[list[list[int]], np.ndarray | None]:
         """Action-chunk tokens with a KV cache: greedy (temperature 0) or sampled. Returns (ids per row, offsets)."""
         codec, batch = self.codec, states.shape[0]
         caches = [[] for _ in self.blocks]
-        hidden = self._run(self._context(states, task), 0, caches)[:, -1]
+        hidden = self._run(self._context(states, task, images, image_features), 0, caches)[:, -1]
         ids, offsets, done = [], [], torch.zeros(batch, dtype=torch.bool, device=states.device)
         for i in range(codec.max_tokens):
             logits = self.head(hidden).float()
@@ -170,36 +183,45 @@ class GPTPolicy(nn.Module):
 
     @torch.inference_mode()
     def act(self, states: torch.Tensor, task: torch.Tensor, temperature: float = 0.0,
-            generator: torch.Generator | None = None) -> np.ndarray:
-        """Raw observation history (B, n_obs, S) → un-normalised action chunk (B, H, D)."""
-        ids, offsets = self.generate(states, task, temperature, generator)
+            generator: torch.Generator | None = None, images: torch.Tensor | None = None,
+            image_features: torch.Tensor | None = None) -> np.ndarray:
+        """Raw observation history (B, n_obs, S) (and camera inputs) → un-normalised action chunk (B, H, D)."""
+        ids, offsets = self.generate(states, task, temperature, generator, images, image_features)
         return self.norm.actions().unnormalize(self.codec.decode(ids, offsets))
 
 
 class MLPPolicy(nn.Module):
     def __init__(self, state_dim: int, num_tasks: int, action_dim: int, chunk_size: int = 1, n_obs: int = 1,
-                 hidden: int = 512, n_layers: int = 3, dropout: float = 0.0):
+                 hidden: int = 512, n_layers: int = 3, dropout: float = 0.0, vision: nn.Module | None = None):
         super().__init__()
         self.n_obs, self.state_dim, self.chunk_size, self.action_dim = n_obs, state_dim, chunk_size, action_dim
-        self.num_tasks = num_tasks
+        self.num_tasks, self.vision = num_tasks, vision
         self.norm = Normalisation(state_dim, action_dim)
-        layers, width = [], n_obs * state_dim + num_tasks
+        image_width = vision.num_tokens * vision.proj.out_features if vision is not None else 0
+        layers, width = [], n_obs * state_dim + num_tasks + image_width
         for _ in range(n_layers):
             layers += [nn.Linear(width, hidden), nn.GELU(), nn.Dropout(dropout)]
             width = hidden
         self.net = nn.Sequential(*layers, nn.Linear(width, chunk_size * action_dim))
 
-    def forward(self, states: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
-        x = torch.cat([self.norm.obs(states).flatten(1), F.one_hot(task, self.num_tasks).to(states.dtype)], 1)
-        return self.net(x).view(-1, self.chunk_size, self.action_dim)
+    def forward(self, states: torch.Tensor, task: torch.Tensor, images: torch.Tensor | None = None,
+                image_features: torch.Tensor | None = None) -> torch.Tensor:
+        parts = [self.norm.obs(states).flatten(1), F.one_hot(task, self.num_tasks).to(states.dtype)]
+        if self.vision is not None:
+            parts.append(self.vision(images, image_features).flatten(1))
+        return self.net(torch.cat(parts, 1)).view(-1, self.chunk_size, self.action_dim)
+
+    def _predict(self, batch: dict) -> torch.Tensor:
+        return self(batch["states"], batch["task"], batch.get("images"), batch.get("image_features"))
 
     def loss(self, batch: dict) -> torch.Tensor:
-        return F.mse_loss(self(batch["states"], batch["task"]), batch["actions"])
+        return F.mse_loss(self._predict(batch), batch["actions"])
 
     def sample_losses(self, batch: dict) -> torch.Tensor:
-        return (self(batch["states"], batch["task"]) - batch["actions"]).pow(2).flatten(1).mean(1)
+        return (self._predict(batch) - batch["actions"]).pow(2).flatten(1).mean(1)
 
     @torch.no_grad()
-    def act(self, states: torch.Tensor, task: torch.Tensor, temperature: float = 0.0, generator=None) -> np.ndarray:
-        chunk = self(states, task).clamp(-1, 1).double().cpu().numpy()
+    def act(self, states: torch.Tensor, task: torch.Tensor, temperature: float = 0.0, generator=None,
+            images: torch.Tensor | None = None, image_features: torch.Tensor | None = None) -> np.ndarray:
+        chunk = self(states, task, images, image_features).clamp(-1, 1).double().cpu().numpy()
         return self.norm.actions().unnormalize(chunk)

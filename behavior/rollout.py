@@ -18,6 +18,14 @@ exp(-m·i) with i = 0 for the oldest prediction, as in ACT).
 `benchmark.videos=N` records the first N episodes of each task as GIFs in
 `RUN_DIR/videos/` (MuJoCo rendering needs an OpenGL backend, see
 `behavior.metaworld.make_env`).
+
+A policy that observes a camera (`env.cameras=[observation.images.<camera>]`) gets
+every env rendered from that camera at the run's `env.image_size`, the same
+rendering (`behavior.metaworld.render_frame`) its demonstrations were rendered
+with (behavior/demos.py), each frame preprocessed by the policy's encoder
+transform. Env tasks are mapped to the policy's task list (policy.json) by name.
+A run without an environment (its dataset's tasks are not the simulator's) is
+refused with the command that scores it on its held-out episodes instead.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from behavior.metaworld import HORIZON, make_env, select_config, task_names
+from behavior.metaworld import HORIZON, make_env, render_frame, select_config, task_names
 from core.safe_load import load_run_config
 from data.atomic import atomic_file
 
@@ -56,13 +64,18 @@ class Agent:
         self.history[env].extend([obs] * self.n_obs)
         self.pending[env] = []
 
-    def act(self, envs: list[int], task: list[int], obs: list[np.ndarray]) -> np.ndarray:
+    def act(self, envs: list[int], task: list[int], obs: list[np.ndarray], images: list[np.ndarray] | None = None) -> np.ndarray:
+        """One action per env in `envs`; `images`: each env's current camera inputs (C, 3, h, w), for a policy with cameras."""
         for e, o in zip(envs, obs):
             self.history[e].append(o)
         need = [i for i, e in enumerate(envs) if self.execution == "ensemble" or not self.pending[e]]
         if need:
             states = torch.from_numpy(np.stack([np.stack(self.history[envs[i]]) for i in need])).float()
-            chunks = self.policy.act(states, torch.as_tensor([task[i] for i in need]), self.temperature, self.generator)
+            if states.shape[-1] != self.policy.state_dim:  # a policy without state reads none of it
+                states = states[..., : self.policy.state_dim]
+            pixels = None if images is None else torch.from_numpy(np.stack([images[i] for i in need]))
+            chunks = self.policy.act(states, torch.as_tensor([task[i] for i in need]), self.temperature, self.generator,
+                                     images=pixels)
             for i, chunk in zip(need, chunks):
                 e = envs[i]
                 if self.execution == "open_loop":
@@ -81,13 +94,38 @@ class Agent:
         return np.clip(np.stack(actions), -1.0, 1.0).astype(np.float32)
 
 
+def policy_task_index(policy, tasks: list[str]) -> list[int]:
+    """Each env task's index in the policy's task list (policy.json `tasks`; runs from before it: the env order)."""
+    known = getattr(policy, "tasks", None)
+    if not known:
+        return list(range(len(tasks)))
+    missing = [t for t in tasks if t not in known]
+    if missing:
+        raise ValueError(f"tasks {missing} are not tasks the policy was trained on ({known}); roll out those")
+    return [known.index(t) for t in tasks]
+
+
+def camera_of(policy) -> str | None:
+    """The Meta-World camera a policy observes (`observation.images.<camera>`), or None; one camera per env."""
+    cameras = list(getattr(policy, "cameras", None) or [])
+    if len(cameras) > 1:
+        raise ValueError(f"the policy observes {len(cameras)} cameras {cameras}; Meta-World rollouts render one")
+    return cameras[0].removeprefix("observation.images.") if cameras else None
+
+
 def rollout(policy, tasks: list[str], episodes_per_task: int, eval_seed: int, horizon: int = HORIZON,
             envs_per_task: int = 1, execution: str = "open_loop", temperature: float = 0.0, seed: int = 0,
-            videos: int = 0, video_dir: Path | None = None) -> dict:
-    """Success rate (percent) per task and overall, and the mean episode length."""
+            videos: int = 0, video_dir: Path | None = None, image_size: int | None = None) -> dict:
+    """Success rate (percent) per task and overall, and the mean episode length; a policy with a camera sees it
+    rendered at `image_size` pixels."""
     slots = [(t, k) for t in range(len(tasks)) for k in range(envs_per_task)]
-    envs = [make_env(tasks[t], eval_seed, render=videos > 0 and k == 0) for t, k in slots]
+    camera, index = camera_of(policy), policy_task_index(policy, tasks)
+    if camera is not None and not image_size:
+        raise ValueError("a policy with a camera needs the frame size its demonstrations were rendered at (env.image_size)")
+    envs = [make_env(tasks[t], eval_seed, render=camera is not None or (videos > 0 and k == 0), camera=camera,
+                     size=image_size if camera else None) for t, k in slots]
     agent = Agent(policy, len(envs), execution=execution, temperature=temperature, seed=seed)
+    see = (lambda slot: policy.vision.pixels(render(envs[slot]))[None]) if camera is not None else None
     queue = {t: deque(range(episodes_per_task)) for t in range(len(tasks))}
     successes, lengths = defaultdict(list), []
     state: dict[int, dict] = {}
@@ -105,7 +143,8 @@ def rollout(policy, tasks: list[str], episodes_per_task: int, eval_seed: int, ho
         start(slot)
     while state:
         active = sorted(state)
-        actions = agent.act(active, [slots[s][0] for s in active], [state[s]["obs"] for s in active])
+        actions = agent.act(active, [index[slots[s][0]] for s in active], [state[s]["obs"] for s in active],
+                            None if see is None else [see(s) for s in active])
         for slot, action in zip(active, actions):
             obs, _, terminated, truncated, info = envs[slot].step(action)
             st = state[slot]
@@ -154,7 +193,7 @@ def rollout_metrics(outcomes: dict[str, list[bool]], lengths: list[int]) -> dict
 
 def render(env) -> np.ndarray:
     try:
-        return env.render()
+        return render_frame(env)
     except Exception as err:
         raise RuntimeError(f"MuJoCo could not render ({type(err).__name__}: {err}); videos need an OpenGL backend: "
                            "set MUJOCO_GL=egl (GPU) or MUJOCO_GL=osmesa (CPU, with libOSMesa installed), or run without videos") from err
@@ -189,17 +228,22 @@ class RolloutBenchmark:
 
         if cfg.get("threads"):
             torch.set_num_threads(int(cfg.threads))
-        run_cfg = load_run_config(run_dir, {"policy": "policy"})
+        run_cfg = load_run_config(run_dir, {"policy": ("policy", "encoder")})
         if run_cfg.task.get("name") != "behavior":
             raise ValueError(f"{run_dir} is a {run_cfg.task.get('name')!r} run; rollouts need a behavior run (task=behavior)")
         policy = load(run_dir)
+        if not policy.simulated:
+            raise ValueError(f"{run_dir} was trained on a dataset whose tasks are not {run_cfg.env.get('name')}'s "
+                             f"({policy.tasks[:5]}...): there is no environment to roll it out in. Score it on its "
+                             f"held-out episodes: python evaluate.py task=behavior run={run_dir} benchmark=heldout_actions")
         tasks = task_names(self.tasks or run_cfg.env.tasks)
         start = time.perf_counter()
         eval_seed = run_cfg.env.eval_seed if self.eval_seed is None else self.eval_seed
         metrics = rollout(policy, tasks, self.episodes_per_task, int(eval_seed),
                           horizon=int(run_cfg.env.horizon), envs_per_task=self.envs_per_task,
                           execution=self.execution, temperature=self.temperature, seed=int(cfg.get("seed", 0)),
-                          videos=self.videos, video_dir=Path(run_dir) / "videos")
+                          videos=self.videos, video_dir=Path(run_dir) / "videos",
+                          image_size=run_cfg.env.get("image_size"))
         metrics["seconds"] = round(time.perf_counter() - start, 1)
         print_table(metrics)
         return metrics

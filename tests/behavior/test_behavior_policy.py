@@ -156,14 +156,14 @@ def test_every_behavior_option_composes_and_names_the_run(group):
 
 
 def test_rollout_records_requested_videos(behavior_cfg, monkeypatch, tmp_path):
-    """Rendering needs an OpenGL backend this machine lacks: frames come from a stand-in `render`, the
-    rest (which episodes are recorded, the GIF written) is the real code."""
+    """Frames come from a stand-in `render` (distinct values per frame), the rest (which episodes are recorded,
+    the GIF written) is the real code; real rendering is tested in test_behavior_images.py."""
     from PIL import Image
 
     import behavior.rollout as rollout_mod
 
     run_dir = train(behavior_cfg("stage.phases.bc.max_steps=1", "stage.phases.bc.global_batch_size=16", "run.name=vid"))["run_dir"]
-    monkeypatch.setattr(rollout_mod, "make_env", lambda task, seed, render=False: make_env(task, seed))
+    monkeypatch.setattr(rollout_mod, "make_env", lambda task, seed, render=False, **view: make_env(task, seed))
     counter = iter(range(0, 250, 10))  # distinct frames (a GIF merges identical consecutive ones)
     monkeypatch.setattr(rollout_mod, "render", lambda env: np.full((8, 8, 3), next(counter), dtype=np.uint8))
     metrics = rollout_mod.rollout(load(run_dir), ["reach-v3"], 2, 1000, horizon=6, videos=1, video_dir=tmp_path / "v")
