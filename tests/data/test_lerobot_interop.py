@@ -7,6 +7,7 @@
 (b) The project's `write_dataset` writes the same episodes (`image_format="image"` and `"video"`); LeRobot's
     `LeRobotDataset` loads them offline (scripts/lerobot_side/read.py) and yields the same states, actions,
     tasks, indices and frames: the fed frames for images, the project's own decode for video.
+(c) The behavior task trains on LeRobot's dataset (`env=lerobot env.dataset=DIR`, both cameras).
 
 Video is lossy (AV1, crf 30), so decoded frames are compared with each other, decoder against decoder, and
 those agree bit for bit here: both sides decode the same mp4 with FFmpeg through PyAV (LeRobot's "pyav"
@@ -198,3 +199,24 @@ def test_alignment_check_catches_a_shifted_or_swapped_frame():
         assert_aligned(late, fed[synthetic.VIDEO_KEY], fed["episode_index"], "one frame late")
     with pytest.raises(AssertionError):
         assert_aligned(fed[synthetic.IMAGE_KEY], fed[synthetic.VIDEO_KEY], fed["episode_index"], "the other camera")
+
+
+def test_the_behavior_task_trains_on_the_dataset_lerobot_wrote(exchanged, tmp_path):
+    """`python train.py task=behavior env=lerobot env.dataset=DIR env.cameras=[...]` on LeRobot's own dataset, both cameras
+    (one stored as images, one as video)."""
+    from behavior.inference import load as load_policy
+    from core.run import train
+    from tests.conftest import BASE, compose_cfg
+
+    cameras = ",".join(synthetic.CAMERAS)
+    cfg = compose_cfg("task=behavior", "env=lerobot", f"env.dataset={exchanged['lerobot']}", f"env.cameras=[{cameras}]",
+                      "policy=gpt_image", "policy.vision.encoder.model_id=tiny:tiny_siglip", "policy.d_model=32",
+                      "policy.n_layers=1", "policy.n_heads=2", "stage.phases.bc.max_steps=2",
+                      "stage.phases.bc.global_batch_size=8", *BASE, f"run.root={tmp_path}", "run.name=on-lerobot")
+    results = train(cfg)
+    policy = load_policy(results["run_dir"])
+    assert sorted(policy.tasks) == sorted(synthetic.TASKS) and policy.cameras == list(synthetic.CAMERAS)
+    held = sum(n for ep, n in zip(range(len(synthetic.EPISODE_LENGTHS)), synthetic.EPISODE_LENGTHS)
+               if ep in policy.heldout_episodes)
+    assert results["bc/samples"] + results["bc/heldout/samples"] == sum(synthetic.EPISODE_LENGTHS)
+    assert results["bc/heldout/samples"] == held > 0
