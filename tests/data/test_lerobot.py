@@ -196,6 +196,11 @@ def write_v21(root: Path, eps, fps=FPS):
             "fps": fps, "splits": {"train": f"0:{len(eps)}"},
             "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
             "video_path": None, "features": feats}
+    return write_v21_meta(root, info, ep_lines, tasks, stat_lines)
+
+
+def write_v21_meta(root: Path, info: dict, ep_lines: list, tasks: list, stat_lines: list) -> Path:
+    """A v2.1 folder's meta/: info.json, episodes.jsonl, tasks.jsonl, episodes_stats.jsonl (LeRobot's layout)."""
     (root / "meta/info.json").write_text(json.dumps(info, indent=4))
     jl = lambda rows: "".join(json.dumps(r) + "\n" for r in rows)  # noqa: E731
     (root / "meta/episodes.jsonl").write_text(jl(ep_lines))

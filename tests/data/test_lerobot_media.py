@@ -19,6 +19,7 @@ from PIL import Image
 
 from data import lerobot_read, lerobot_write
 from data.lerobot import Episode, LeRobotDataError, read_dataset, write_dataset
+from tests.data.test_lerobot import write_v21_meta
 
 FPS = 10
 H, W = 16, 24
@@ -326,12 +327,7 @@ def write_v21_media(root: Path, eps):
             "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
             "video_path": "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4",
             "features": feats}
-    (root / "meta/info.json").write_text(json.dumps(info, indent=4))
-    jl = lambda rows: "".join(json.dumps(r) + "\n" for r in rows)  # noqa: E731
-    (root / "meta/episodes.jsonl").write_text(jl(ep_lines))
-    (root / "meta/tasks.jsonl").write_text(jl({"task_index": i, "task": t} for i, t in enumerate(tasks)))
-    (root / "meta/episodes_stats.jsonl").write_text(jl(stat_lines))
-    return root
+    return write_v21_meta(root, info, ep_lines, tasks, stat_lines)
 
 
 def test_v21_images_and_videos(tmp_path):
