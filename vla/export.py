@@ -68,8 +68,12 @@ def decode(tokens, folder="."):
 
 
 def prompt(instruction, folder="."):
-    """The user message for an instruction (a Meta-World task name's words, or the dataset's task string)."""
-    return load_actions(folder)["prompt"].format(instruction=instruction)
+    """The user message for an instruction: a task the run was trained on (e.g. "reach-v3") becomes its instruction
+    ("reach"); any other text is used as it is."""
+    spec = load_actions(folder)
+    if instruction in spec["tasks"]:
+        instruction = spec["instructions"][spec["tasks"].index(instruction)]
+    return spec["prompt"].format(instruction=instruction)
 
 
 def predict_action(model, processor, images, instructions, folder="."):

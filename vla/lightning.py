@@ -94,7 +94,7 @@ def vla_env(cfg: DictConfig) -> tuple[str, str, int | None]:
                              "here: a VLA needs camera frames; set env.cameras=[observation.images.NAME] to a camera "
                              "feature of the dataset")
         size = int(cfg.vla.image_size)
-        node = OmegaConf.merge(node, {"camera": str(cfg.vla.camera), "size": size})
+        node = OmegaConf.create({**OmegaConf.to_container(node, resolve=True), "camera": str(cfg.vla.camera), "size": size})
         cameras = [CAMERA_PREFIX + str(cfg.vla.camera)]
     if len(cameras) > 1:
         raise ValueError(f"env.cameras={cameras}: the VLA looks at one camera (HF Llava takes one image per prompt); "
