@@ -36,13 +36,17 @@ def test_labels_are_the_action_tokens_only(tmp_path, lerobot_dir):
         assert row["input_ids"][: len(prompt)] == prompt and len(row["input_ids"]) == len(prompt) + n
         assert row["labels"] == [IGNORE_INDEX] * len(prompt) + row["input_ids"][len(prompt):]
         assert all(spec.vocabulary.first <= t < spec.vocabulary.base_vocab for t in row["input_ids"][len(prompt):])
-    # the tokens are the codec's ids of each frame's normalised chunk, shifted onto the last ids of the vocabulary
-    from behavior.dataset import build_demonstrations
+    # hand-derived (OpenVLA's arithmetic): the raw chunk of each frame, normalised with the dataset's q01/q99 to
+    # [-1, 1], bin d = digitize on 256 edges, token = the last id of the base vocabulary + 1 - d
     from data.lerobot import read_dataset
 
-    demos = build_demonstrations(read_dataset(lerobot_dir), 1, 1, state=None, cameras=[cfg.env.cameras[0]], images=False)
-    ids, _ = spec.codec.encode(spec.normalizer.normalize(demos.chunks).astype(np.float32))
-    np.testing.assert_array_equal(dm.train_dataset.tokens, ids + spec.vocabulary.first)
+    data = read_dataset(lerobot_dir)
+    frames = data.frames()
+    raw = frames["action"].astype(np.float64).reshape(len(frames["episode_index"]), -1)
+    q01, q99 = np.asarray(data.stats["action"]["q01"]), np.asarray(data.stats["action"]["q99"])
+    norm = np.clip(2 * (raw - q01) / (q99 - q01) - 1, -1, 1)
+    expected = spec.vocabulary.base_vocab - np.digitize(norm, np.linspace(-1, 1, 256))
+    np.testing.assert_array_equal(dm.train_dataset.tokens, expected)
     # spliced: the image patches are not trained either, and the trained positions are the action tokens
     batch = Collator(model.tokenizer.pad_token_id)([dm.train_dataset[i] for i in range(4)])
     _, mask, labels = model.splice(batch["input_ids"], batch["attention_mask"], batch["labels"], batch["pixel_values"],
