@@ -176,4 +176,4 @@ class VLATask:
     def init_from(self, model: VLM, source: Path) -> bool:
         """An HF Llava folder (or a plain run into a LoRA model) as the VLM task loads it; any other run directory
         (a VLM or a VLA run: the same weights) is left to the core."""
-        return VLMTask.init_from(VLMTask(), model, source)
+        return VLMTask().init_from(model, source)

@@ -77,3 +77,13 @@ def test_predict_action_decodes_and_unnormalises_the_generated_tokens(tiny_run):
     np.testing.assert_allclose(actions, expected, rtol=0, atol=1e-6)
     again = policy.predict_action(policy.pixels(images), instructions)  # the encoder's inputs directly
     np.testing.assert_array_equal(actions, again)
+
+
+def test_sampled_action_tokens_are_action_ids_and_reproducible_from_the_seed(tiny_run):
+    policy = vla.load(tiny_run)
+    randomize(policy.model, std=0.05)  # a flat distribution: samples differ from the greedy tokens
+    images, instructions = frames(4, seed=1), TASKS * 2
+    first = policy.action_tokens(images, instructions, temperature=1.0, seed=7)
+    assert first == policy.action_tokens(images, instructions, temperature=1.0, seed=7)
+    assert first != policy.action_tokens(images, instructions, temperature=1.0, seed=8)
+    assert all(t in set(policy.vocabulary.allowed) for row in first for t in row)
