@@ -71,3 +71,15 @@ def test_a_variable_length_tokenizer_ends_with_the_end_of_turn_token():
         assert row[n - 1] == 2 and (row[n:] == IGNORE).all() and (row[: n - 1] >= vocab.first).all()
     np.testing.assert_array_equal(vocab.to_codec(tokens), ids)
     assert 2 in vocab.allowed and not vocab.fixed_length
+
+
+@pytest.mark.parametrize("backbone", ["tiny_llama", "tiny_llama3", "tiny_mistral", "tiny_qwen2", "tiny_phi",
+                                      "tiny_gemma", "tiny_smollm2"])
+def test_every_tiny_backbone_gives_up_its_last_ids_and_keeps_its_special_tokens(tiny_component, backbone):
+    bb = tiny_component("backbone", backbone)
+    vocab = ActionVocabulary.for_backbone(ActionCodec(build_tokenizer("openvla"), 1, D), bb)
+    tok = bb.tokenizer
+    assert vocab.base_vocab == tok.vocab_size and vocab.first == tok.vocab_size - 256
+    assert not set(tok.all_special_ids) & set(vocab.allowed)
+    assert vocab.end_of_turn_id == bb.prompt_format.end_of_turn_id and vocab.end_of_turn_id not in vocab.allowed
+    assert vocab.model_vocab == bb.model.get_output_embeddings().weight.shape[0] >= len(tok)
