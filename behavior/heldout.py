@@ -57,8 +57,8 @@ def heldout_metrics(policy, tensors: dict[str, torch.Tensor], chunks: np.ndarray
 class HeldOutBenchmark:
     """`benchmark=heldout_actions`: the held-out action metrics of a behavior run (a `core.interfaces.Benchmark`)."""
 
-    def __init__(self, name: str = "heldout_actions", batch_size: int = 512):
-        self.name, self.batch_size = name, int(batch_size)
+    def __init__(self, name: str = "heldout_actions", batch_size: int = 512, main_metric: str = "action_mae_first"):
+        self.name, self.batch_size, self.main_metric = name, int(batch_size), main_metric
 
     def __call__(self, run_dir: Path, cfg) -> dict:
         from behavior.inference import load

@@ -4,7 +4,9 @@ For each trained behavior run, steps one real Meta-World env with the policy
 (through the rollout agent, as evaluation does) and reports the median and
 90th-percentile wall time of the policy call per control step, with the env's
 own step time excluded. Open-loop chunks amortise one call over H steps; the
-per-call time is printed too.
+per-call time is printed too. A policy with a camera gets the env rendered from
+it (MUJOCO_GL=egl) every step: the policy time includes the frame's
+preprocessing and the encoder, the render time is reported apart (`render ms`).
 """
 
 from __future__ import annotations
@@ -22,22 +24,32 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from behavior.inference import load  # noqa: E402
 from behavior.metaworld import make_env, select_config, task_names  # noqa: E402
-from behavior.rollout import Agent  # noqa: E402
+from behavior.metaworld import render_frame  # noqa: E402
+from behavior.rollout import Agent, camera_of, policy_task_index  # noqa: E402
 
 
 def bench(run_dir: Path, steps: int, execution: str) -> dict:
     policy = load(run_dir)
     cfg = OmegaConf.load(run_dir / "config.yaml")
     task = task_names(cfg.env.tasks)[0]
-    env = make_env(task, int(cfg.env.eval_seed))
-    agent = Agent(policy, 1, execution=execution)
+    camera = camera_of(policy)
+    env = make_env(task, int(cfg.env.eval_seed), render=camera is not None, camera=camera,
+                   size=cfg.env.get("image_size") if camera else None)
+    agent, index = Agent(policy, 1, execution=execution), policy_task_index(policy, [task])[0]
     obs = select_config(env, 0)
     agent.reset(0, obs)
-    times, calls = [], 0
+    times, renders, calls = [], [], 0
     for step in range(steps):
         before = agent.pending[0] if execution == "open_loop" else None
+        images = None
+        if camera is not None:
+            start = time.perf_counter()
+            frame = render_frame(env)
+            renders.append(time.perf_counter() - start)
         start = time.perf_counter()
-        action = agent.act([0], [0], [obs])[0]
+        if camera is not None:
+            images = [policy.vision.pixels(frame)[None]]
+        action = agent.act([0], [index], [obs], images)[0]
         times.append(time.perf_counter() - start)
         calls += execution == "ensemble" or not before
         obs, _, _, _, info = env.step(action)
@@ -47,7 +59,8 @@ def bench(run_dir: Path, steps: int, execution: str) -> dict:
     times = times[10:]  # warm-up
     ms = sorted(t * 1000 for t in times)
     return {"run": run_dir.name, "median_ms": statistics.median(ms), "p90_ms": ms[int(0.9 * len(ms))],
-            "mean_ms": statistics.fmean(ms), "policy_calls_per_step": calls / steps}
+            "mean_ms": statistics.fmean(ms), "policy_calls_per_step": calls / steps,
+            "render_ms": statistics.median(t * 1000 for t in renders) if renders else 0.0}
 
 
 def main() -> None:
@@ -58,10 +71,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"{'run':60s} {'median ms':>10s} {'p90 ms':>8s} {'mean ms':>8s} {'calls/step':>10s}")
+    print(f"{'run':60s} {'median ms':>10s} {'p90 ms':>8s} {'mean ms':>8s} {'calls/step':>10s} {'render ms':>9s}")
     for run in args.runs:
         r = bench(run, args.steps, args.execution)
-        print(f"{r['run']:60s} {r['median_ms']:10.2f} {r['p90_ms']:8.2f} {r['mean_ms']:8.2f} {r['policy_calls_per_step']:10.2f}")
+        print(f"{r['run']:60s} {r['median_ms']:10.2f} {r['p90_ms']:8.2f} {r['mean_ms']:8.2f} {r['policy_calls_per_step']:10.2f} {r['render_ms']:9.2f}")
 
 
 if __name__ == "__main__":
