@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 from transformers import AutoProcessor, LlavaForConditionalGeneration
@@ -63,3 +64,30 @@ def test_a_trained_run_exports_from_its_directory(tiny_run, tmp_path):
     with torch.no_grad():
         generated = hf.generate(**inputs)[0, inputs["input_ids"].shape[1]:].tolist()
     assert generated == load(tiny_run).action_tokens([image], [TASKS[1]])[0]
+
+
+@pytest.mark.parametrize("backbone", ["tiny_qwen2", "tiny_gemma"])  # chat templates: no BOS (image first) / BOS
+def test_chat_template_backbones_decode_with_the_cache_and_export_alike(tmp_path, lerobot_dir, backbone):
+    from core.run import train
+    from tests.vla.conftest import vla_cfg
+    from tests.vla.test_vla_decode import recompute
+
+    run = train(vla_cfg(tmp_path, lerobot_dir, f"backbone={backbone}", "stage.phases.vla.max_steps=2"))["run_dir"]
+    policy = load(run)
+    randomize(policy.model)
+    images = [Image.fromarray(f) for f in frames(3, seed=4)]
+    instructions = [TASKS[0], TASKS[1], "a much longer instruction that pads the others"]
+    ours = policy.action_tokens(images, instructions)
+    assert ours == recompute(policy, images, instructions)
+    out = export(policy, Path(run), tmp_path / "hf", "resize-naive")
+    hf = LlavaForConditionalGeneration.from_pretrained(out, dtype=torch.float32).eval()
+    processor = AutoProcessor.from_pretrained(out, backend="pil")
+    theirs = []
+    for image, instruction in zip(images, instructions):
+        messages = [{"role": "user", "content": [{"type": "image", "image": image},
+                                                 {"type": "text", "text": f"What action should the robot take to {instruction}?"}]}]
+        inputs = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True,
+                                               return_tensors="pt")
+        with torch.no_grad():
+            theirs.append(hf.generate(**inputs)[0, inputs["input_ids"].shape[1]:].tolist())
+    assert theirs == ours
