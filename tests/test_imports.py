@@ -24,7 +24,7 @@ import pytest
 tomllib = pytest.importorskip("tomllib")
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("core", "vlm", "behavior", "data", "eval")
+PACKAGES = ("core", "vlm", "behavior", "data", "eval", "vla")
 FILES = sorted([p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")] + [ROOT / "train.py", ROOT / "evaluate.py"]
                + list((ROOT / "scripts").glob("*.py")))
 # declared, never imported by name in the project: the reason
@@ -103,3 +103,14 @@ def test_every_imported_package_is_declared_and_every_declared_one_used():
     assert not missing, "imported but not declared in pyproject.toml: " + "; ".join(missing)
     unused = declared - used - {_normal(n) for n in USED_INDIRECTLY} - {"pytest"}
     assert not unused, f"declared in pyproject.toml but imported nowhere: {sorted(unused)} (remove, or say why in USED_INDIRECTLY)"
+
+
+def test_vla_joins_vlm_and_behavior_which_import_neither_it_nor_each_other():
+    """vla/ builds on vlm/ and behavior/; the siblings stay independent (issue: VLA "in a package of its own")."""
+    pattern = re.compile(r"^\s*(?:from|import)\s+(vla|vlm|behavior)\b", re.M)
+    for pkg, banned in (("vlm", {"vla", "behavior"}), ("behavior", {"vla"}), ("core", {"vla", "vlm", "behavior"})):
+        for path in (ROOT / pkg).rglob("*.py"):
+            found = set(pattern.findall(path.read_text())) & banned
+            assert not found, f"{path.relative_to(ROOT)} imports {sorted(found)}"
+    vla_imports = {m for p in (ROOT / "vla").rglob("*.py") for m in pattern.findall(p.read_text())}
+    assert {"vlm", "behavior"} <= vla_imports
