@@ -216,12 +216,12 @@ class RolloutBenchmark:
 
     def __init__(self, name: str = "rollouts", episodes_per_task: int = 20, envs_per_task: int = 2,
                  execution: str = "open_loop", temperature: float = 0.0, videos: int = 0,
-                 tasks: str | list[str] | None = None, eval_seed: int | None = None):
+                 tasks: str | list[str] | None = None, eval_seed: int | None = None, main_metric: str = "success_rate"):
         if execution not in ("open_loop", "ensemble"):
             raise ValueError(f"benchmark.execution must be open_loop or ensemble, not {execution!r}")
         self.name, self.episodes_per_task, self.envs_per_task = name, int(episodes_per_task), int(envs_per_task)
         self.execution, self.temperature, self.videos = execution, float(temperature), int(videos)
-        self.tasks, self.eval_seed = tasks, eval_seed
+        self.tasks, self.eval_seed, self.main_metric = tasks, eval_seed, main_metric
 
     def __call__(self, run_dir: Path, cfg) -> dict:
         from behavior.inference import load

@@ -7,6 +7,9 @@ own step time excluded. Open-loop chunks amortise one call over H steps; the
 per-call time is printed too. A policy with a camera gets the env rendered from
 it (MUJOCO_GL=egl) every step: the policy time includes the frame's
 preprocessing and the encoder, the render time is reported apart (`render ms`).
+A VLA run (task=vla) is timed the same way through its rollout adapter
+(`vla.inference.RolloutPolicy`: the whole chunk's action tokens decoded with
+the KV cache per call).
 """
 
 from __future__ import annotations
@@ -28,13 +31,23 @@ from behavior.metaworld import render_frame  # noqa: E402
 from behavior.rollout import Agent, camera_of, policy_task_index  # noqa: E402
 
 
+def policy_of(run_dir: Path, cfg):
+    """The policy the rollouts drive: a behavior policy, or a VLA's rollout adapter."""
+    if cfg.task.get("name") == "vla":
+        from vla.inference import RolloutPolicy
+        from vla.inference import load as load_vla
+
+        return RolloutPolicy(load_vla(run_dir))
+    return load(run_dir)
+
+
 def bench(run_dir: Path, steps: int, execution: str) -> dict:
-    policy = load(run_dir)
     cfg = OmegaConf.load(run_dir / "config.yaml")
+    policy = policy_of(run_dir, cfg)
     task = task_names(cfg.env.tasks)[0]
     camera = camera_of(policy)
-    env = make_env(task, int(cfg.env.eval_seed), render=camera is not None, camera=camera,
-                   size=cfg.env.get("image_size") if camera else None)
+    size = cfg.env.get("image_size") or (cfg.get("vla") or {}).get("image_size")  # a VLA on a camera-less env: vla.*
+    env = make_env(task, int(cfg.env.eval_seed), render=camera is not None, camera=camera, size=size if camera else None)
     agent, index = Agent(policy, 1, execution=execution), policy_task_index(policy, [task])[0]
     obs = select_config(env, 0)
     agent.reset(0, obs)

@@ -24,12 +24,13 @@ class VLARolloutBenchmark:
 
     def __init__(self, name: str = "vla_rollouts", episodes_per_task: int = 20, envs_per_task: int = 2,
                  execution: str = "open_loop", temperature: float = 0.0, videos: int = 0,
-                 tasks: str | list[str] | None = None, eval_seed: int | None = None, horizon: int | None = None):
+                 tasks: str | list[str] | None = None, eval_seed: int | None = None, horizon: int | None = None,
+                 main_metric: str = "success_rate"):
         if execution not in ("open_loop", "ensemble"):
             raise ValueError(f"benchmark.execution must be open_loop or ensemble, not {execution!r}")
         self.name, self.episodes_per_task, self.envs_per_task = name, int(episodes_per_task), int(envs_per_task)
         self.execution, self.temperature, self.videos = execution, float(temperature), int(videos)
-        self.tasks, self.eval_seed, self.horizon = tasks, eval_seed, horizon
+        self.tasks, self.eval_seed, self.horizon, self.main_metric = tasks, eval_seed, horizon, main_metric
 
     def __call__(self, run_dir: Path, cfg) -> dict:
         from vla.inference import RolloutPolicy, load
