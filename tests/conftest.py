@@ -131,3 +131,23 @@ def tiny_vlm():
 
     torch.manual_seed(0)
     return build_vlm(compose_cfg())
+
+
+def randomize(model, std=0.2):
+    """Wider random weights than an init or a few training steps leave (every matrix ~ N(0, std), seeded), so
+    greedy decoding of a tiny model does not repeat one token."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, std)
+    return model
+
+
+@pytest.fixture(scope="session")
+def reach_camera_demos(tmp_path_factory):
+    """2 reach-v3 expert episodes with corner2 frames at 32 px (MUJOCO_GL=egl), the first 2 of the state collection."""
+    from behavior.demos import ensure_demos
+
+    return Path(ensure_demos(str(tmp_path_factory.mktemp("camera")), "reach-v3", 2, seed=0, workers=1,
+                             camera="corner2", size=32))

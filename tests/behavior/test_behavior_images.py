@@ -4,12 +4,11 @@ them and rolls out with the camera."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from behavior.demos import camera_key, ensure_demos
+from behavior.demos import camera_key
 from behavior.metaworld import make_env, render_frame, select_config
 from core.run import evaluate, train
 from data.lerobot import read_dataset
@@ -19,11 +18,11 @@ from tests.conftest import BASE, compose_cfg
 CAMERA, SIZE = "corner2", 32
 
 
-@pytest.fixture(scope="module")
-def camera_demos(tmp_path_factory):
-    """2 reach-v3 expert episodes with corner2 frames (the first 2 of the reach fixture's collection order)."""
-    return Path(ensure_demos(str(tmp_path_factory.mktemp("camera")), "reach-v3", 2, seed=0, workers=1,
-                             camera=CAMERA, size=SIZE))
+@pytest.fixture
+def camera_demos(reach_camera_demos):
+    """tests/conftest.py: 2 reach-v3 expert episodes with corner2 frames at 32 px (the first 2 of the reach fixture's
+    collection order)."""
+    return reach_camera_demos
 
 
 def test_collecting_with_a_camera_keeps_the_state_collections_physics(camera_demos, reach_demos):

@@ -15,7 +15,8 @@ from core.checkpoint import save_weights_atomic
 from core.run import train
 from tests.conftest import compose_cfg
 from tests.vla.conftest import TASKS, vla_cfg
-from tests.vla.test_vla_decode import frames, randomize
+from tests.conftest import randomize
+from tests.vla.test_vla_decode import frames
 from vlm.hf_llava import export as export_llava
 from vlm.model import build_vlm
 

@@ -12,18 +12,9 @@ from behavior.codec import ActionCodec
 from vla.actions import ActionVocabulary
 
 import vla
+from tests.conftest import randomize
 from tests.vla.conftest import TASKS
 from vla.inference import generate_action_tokens
-
-
-def randomize(model, std=0.2):
-    """Wider random weights than a few training steps leave, so greedy decoding does not repeat one token."""
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0, std)
-    return model
 
 
 def frames(n=3, size=16, seed=0):

@@ -15,7 +15,8 @@ from PIL import Image
 from transformers import AutoProcessor, LlavaForConditionalGeneration
 
 from tests.vla.conftest import TASKS
-from tests.vla.test_vla_decode import frames, randomize
+from tests.conftest import randomize
+from tests.vla.test_vla_decode import frames
 from vla.export import export, export_run
 from vla.inference import load
 

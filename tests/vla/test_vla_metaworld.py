@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from behavior.demos import ensure_demos
 from core.run import evaluate, train
 from tests.conftest import BASE, compose_cfg
 from vla.lightning import vla_env
@@ -20,10 +19,9 @@ from vla.lightning import vla_env
 CAMERA, SIZE = "corner2", 32
 
 
-@pytest.fixture(scope="module")
-def camera_demos(tmp_path_factory):
-    return Path(ensure_demos(str(tmp_path_factory.mktemp("vla-camera")), "reach-v3", 2, seed=0, workers=1,
-                             camera=CAMERA, size=SIZE))
+@pytest.fixture
+def camera_demos(reach_camera_demos):
+    return reach_camera_demos  # tests/conftest.py: 2 reach-v3 episodes, corner2 at 32 px
 
 
 def test_a_short_vla_run_lowers_the_loss_and_rolls_out(tmp_path, camera_demos):

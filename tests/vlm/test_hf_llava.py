@@ -19,7 +19,7 @@ from transformers import AutoProcessor, LlamaConfig, LlavaConfig, LlavaForCondit
 
 from core.checkpoint import save_weights_atomic
 from scripts.export_hf import main as export_main
-from tests.conftest import compose_cfg
+from tests.conftest import compose_cfg, randomize
 from vlm.hf_llava import HFLlavaError, export
 from vlm.inference import load
 from vlm.lightning import VLMTask
@@ -28,16 +28,6 @@ from vlm.model import build_vlm
 QUESTION = "What is the shape of the red object?"
 NEW_TOKENS = 6
 IMAGE = Image.fromarray(np.random.default_rng(1).integers(0, 256, (80, 96, 3), dtype=np.uint8))  # downscaled to 64 x 64
-
-
-def randomize(model, std=0.2):
-    """Wider random weights than the default init, so greedy decoding does not repeat one token."""
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0, std)
-    return model
 
 
 def save_run(model, cfg, run_dir):
