@@ -96,8 +96,12 @@ class BehaviorModule(TrainModule):
         return None if tokens is None else int((tokens >= 0).sum()) + tokens.shape[0] * self.model.context
 
     def flops_per_token(self) -> float | None:
-        """6·N per token for the GPT (its sequences are a handful of tokens, so attention is negligible)."""
-        return 6.0 * sum(p.numel() for p in self.model.parameters()) if hasattr(self.model, "codec") else None
+        """6·N per token for the GPT (its sequences are a handful of tokens, so attention is negligible). N leaves
+        out a camera encoder: frozen, it does not run in training (its features are computed once); fine-tuned,
+        its FLOPs are per image, not per token, and are not counted."""
+        if not hasattr(self.model, "codec"):
+            return None
+        return 6.0 * sum(p.numel() for n, p in self.model.named_parameters() if not n.startswith("vision.encoder."))
 
 
 class BehaviorDataModule(StreamDataModule):
