@@ -68,6 +68,7 @@ def holdout_fraction(cfg: DictConfig, simulated: bool) -> float:
     value = cfg.env.get("holdout")
     return float(value) if value is not None else (0.0 if simulated else 0.1)
 
+
 class BehaviorModule(TrainModule):
     def parts(self):
         return {"policy": self.model}
