@@ -75,8 +75,9 @@ The output directory is written to a temporary sibling and renamed into place
 Bad input raises `LeRobotDataError` naming the file and what is wrong.
 
 This module is the public API; the layout's constants live in data/lerobot_format.py,
-the writer in data/lerobot_write.py, the reader in data/lerobot_read.py, mp4
-encoding and decoding in data/lerobot_video.py.
+the writer in data/lerobot_write.py, the reader in data/lerobot_read.py (its camera
+checks and decoders in data/lerobot_cameras.py), mp4 encoding and decoding in
+data/lerobot_video.py.
 """
 
 from data.lerobot_format import CODEBASE_VERSION, SUPPORTED_VERSIONS, Episode, LeRobotDataError

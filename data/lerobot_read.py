@@ -11,12 +11,12 @@ Camera features (dtype image / video, `LeRobotData.camera_keys`) are decoded onl
 the column's type, a bytes or path in every row, and the first frame's size against meta/info.json's shape, read from
 its header), video files are checked to exist and the episode table to name them. Decoding checks every frame's size,
 an undecodable image, and (data/lerobot_video.py) a video frame missing at a frame's timestamp, each raising
-`LeRobotDataError` naming the file, the feature, the episode and the frame.
+`LeRobotDataError` naming the file, the feature, the episode and the frame. Those checks and decoders live in
+data/lerobot_cameras.py.
 """
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -26,9 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from PIL import Image, ImageOps
-
-from data.image_decode import ImageDecodeError, decode_image, image_path, to_rgb
+from data import lerobot_cameras as cameras
 from data.lerobot_format import CAMERA_DTYPES, DEFAULT_CHUNK_SIZE, INDEX_COLUMNS, SUPPORTED_VERSIONS, LeRobotDataError
 from data.lerobot_stats import QUANTILES, aggregate_stats, compute_stats, qkey, stats_from_json
 from data.lerobot_video import decode_at
@@ -126,49 +124,6 @@ def finite_stats(stats: dict, where: str) -> dict:
     return stats
 
 
-def frame_size(feature: dict, key: str, where) -> tuple[int, int]:
-    """(height, width) of a camera feature of meta/info.json: by its `names` ("height", "width") when it has them,
-    else its shape read as [H, W, C] (LeRobot's convention)."""
-    shape, names = feature.get("shape"), feature.get("names")
-    if not (isinstance(shape, list) and len(shape) == 3 and all(isinstance(n, int) and n > 0 for n in shape)):
-        raise LeRobotDataError(f"{where}: feature {key!r} has shape {shape!r}; a camera feature needs [H, W, 3]")
-    if isinstance(names, list) and "height" in names and "width" in names:
-        return shape[names.index("height")], shape[names.index("width")]
-    return shape[0], shape[1]
-
-
-def _image_column(col: pa.ChunkedArray, key: str, feature: dict, path: Path) -> pa.ChunkedArray:
-    """An image feature's column, checked (module docstring) but not decoded."""
-    t = col.type
-    fields = {t.field(i).name: t.field(i).type for i in range(t.num_fields)} if pa.types.is_struct(t) else {}
-    binary = (pa.types.is_binary, pa.types.is_large_binary)
-    text = (pa.types.is_string, pa.types.is_large_string)
-    if not ("bytes" in fields and "path" in fields and any(f(fields["bytes"]) for f in binary)
-            and any(f(fields["path"]) for f in text)):
-        raise LeRobotDataError(f"{path}: column {key!r} is {t}, but meta/info.json says it is an image feature, "
-                               "stored as image structs {bytes: binary, path: string} (HF datasets' Image)")
-    if col.null_count:
-        raise LeRobotDataError(f"{path}: column {key!r} has {col.null_count} missing images")
-    col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    empty = pc.and_(pc.is_null(col.field("bytes")), pc.is_null(col.field("path")))
-    if pc.any(empty).as_py():
-        row = int(np.argmax(empty.to_numpy(zero_copy_only=False)))
-        raise LeRobotDataError(f"{path}: column {key!r} row {row} has neither image bytes nor a path")
-    height, width = frame_size(feature, key, path)
-    first = col[0].as_py() if len(col) else None
-    if first and first["bytes"] is not None:
-        try:
-            with Image.open(io.BytesIO(first["bytes"])) as im:
-                size = im.size
-        except Exception as err:
-            raise LeRobotDataError(f"{path}: column {key!r} row 0: undecodable image bytes ({type(err).__name__}: "
-                                   f"{err})") from err
-        if size != (width, height):
-            raise LeRobotDataError(f"{path}: column {key!r} holds {size[1]}x{size[0]} (HxW) images but "
-                                   f"meta/info.json's features[{key!r}] shape says {height}x{width}")
-    return col
-
-
 def _read_frames(paths: list[Path], features: dict) -> tuple[dict[str, np.ndarray], dict[str, list]]:
     """The frame columns (camera columns left out) and, per image feature, [(data file, its image column)]."""
     needed = [k for k, ft in features.items() if ft.get("dtype") != "video"]
@@ -184,7 +139,7 @@ def _read_frames(paths: list[Path], features: dict) -> tuple[dict[str, np.ndarra
             raise LeRobotDataError(f"{path}: missing columns {missing} (meta/info.json features and the LeRobot "
                                    f"index columns {list(INDEX_COLUMNS)} must all be in every data file)")
         for key in image_keys:
-            images[key].append((path, _image_column(table.column(key), key, features[key], path)))
+            images[key].append((path, cameras.image_column(table.column(key), key, features[key], path)))
         part = {k: _column_to_numpy(table.column(k), k, path) for k in table.column_names if k not in image_keys}
         check_frames(part, path)
         parts.append(part)
@@ -193,39 +148,6 @@ def _read_frames(paths: list[Path], features: dict) -> tuple[dict[str, np.ndarra
     for v in frames.values():
         v.flags.writeable = False
     return frames, images
-
-
-def _video_files(root: Path, info: dict, episodes: list[dict], version: str) -> dict[str, dict[Path, list]]:
-    """Per video feature: video file -> [(episode_index, from_timestamp)] of the episodes it holds, in order;
-    every file checked to exist."""
-    keys = [k for k, ft in info["features"].items() if ft.get("dtype") == "video"]
-    if not keys:
-        return {}
-    if not isinstance(info.get("video_path"), str):
-        raise LeRobotDataError(f"{root / 'meta/info.json'}: features {keys} are videos but video_path is "
-                               f"{info.get('video_path')!r}")
-    chunks_size = info.get("chunks_size", DEFAULT_CHUNK_SIZE)
-    out = {}
-    for key in keys:
-        files: dict[Path, list] = {}
-        for e in episodes:
-            i = e["episode_index"]
-            if version == "v3.0":
-                cols = [f"videos/{key}/{c}" for c in ("chunk_index", "file_index", "from_timestamp")]
-                if any(e.get(c) is None for c in cols):
-                    raise LeRobotDataError(f"{root / 'meta/episodes'}: episode {i} lacks {cols} for the video "
-                                           f"feature {key!r}")
-                path = root / info["video_path"].format(video_key=key, chunk_index=e[cols[0]], file_index=e[cols[1]])
-                start = float(e[cols[2]])
-            else:
-                path = root / info["video_path"].format(episode_chunk=i // chunks_size, video_key=key, episode_index=i)
-                start = 0.0
-            if path not in files and not path.is_file():
-                raise LeRobotDataError(f"{path}: video file not found (feature {key!r}, episode {i}); the dataset's "
-                                       "metadata refers to it")
-            files.setdefault(path, []).append((i, start))
-        out[key] = files
-    return out
 
 
 def _tasks_v3(root: Path) -> list[str]:
@@ -350,8 +272,8 @@ class LeRobotData:
         if key not in self.camera_keys:
             raise LeRobotDataError(f"{self.root / 'meta/info.json'}: {key!r} is not a camera feature; the camera "
                                    f"features are {self.camera_keys}")
-        height, width = frame_size(self.info["features"][key], key, self.root / "meta/info.json")
-        out = _FrameSink(self.num_frames, key, (height, width), transform)
+        height, width = cameras.frame_size(self.info["features"][key], key, self.root / "meta/info.json")
+        out = cameras.FrameSink(self.num_frames, key, (height, width), transform)
         if key in self._images:
             self._decode_images(key, out)
         else:
@@ -363,15 +285,15 @@ class LeRobotData:
         return (f"feature {key!r}, episode {self._frames['episode_index'][row]}, "
                 f"frame_index {self._frames['frame_index'][row]}{at}")
 
-    def _decode_images(self, key: str, out: _FrameSink) -> None:
+    def _decode_images(self, key: str, out: cameras.FrameSink) -> None:
         row = 0
         for path, col in self._images[key]:
             for n, (data, rel) in enumerate(zip(col.field("bytes").to_pylist(), col.field("path").to_pylist())):
                 where = f"{path}: {self._label(key, row, n)}"
-                out.put(row, _decode_image_struct(data, rel, self.root, where), where)
+                out.put(row, cameras.decode_image_struct(data, rel, self.root, where), where)
                 row += 1
 
-    def _decode_videos(self, key: str, out: _FrameSink) -> None:
+    def _decode_videos(self, key: str, out: cameras.FrameSink) -> None:
         timestamps = self._frames["timestamp"].astype(np.float64)
         for path, held in self._videos[key].items():
             rows = np.concatenate([np.arange(self._by_index[i]["dataset_from_index"],
@@ -384,47 +306,6 @@ class LeRobotData:
     def __repr__(self) -> str:
         return (f"LeRobotData({str(self.root)!r}, {self.info.get('codebase_version')}, "
                 f"{len(self.episodes)} episodes, {self.num_frames} frames, {len(self.tasks)} tasks)")
-
-
-def _decode_image_struct(data: bytes | None, rel: str | None, root: Path, where: str) -> np.ndarray:
-    """The (H, W, 3) uint8 pixels of one image struct: its bytes, else its file (a path inside the dataset root)."""
-    try:
-        if data is not None:
-            with Image.open(io.BytesIO(data)) as im:
-                return np.asarray(to_rgb(ImageOps.exif_transpose(im), where))
-        file = Path(rel) if Path(rel).is_absolute() and Path(rel).resolve().is_relative_to(root.resolve()) \
-            else image_path(root, rel)
-        return np.asarray(decode_image(file, max_pixels=None))
-    except ImageDecodeError as err:
-        raise LeRobotDataError(f"{where}: {err}") from err
-    except Exception as err:  # truncated, corrupt, not an image
-        what = "bytes" if data is not None else f"file {rel!r}"
-        raise LeRobotDataError(f"{where}: undecodable image {what} "
-                               f"({type(err).__name__}: {err})") from err
-
-
-class _FrameSink:
-    """The output array of `camera_frames`, allocated at the first frame (its shape after `transform`)."""
-
-    def __init__(self, n: int, key: str, size: tuple[int, int], transform):
-        self.n, self.key, self.size, self.transform, self.array = n, key, size, transform, None
-
-    def put(self, row: int, rgb: np.ndarray, where: str) -> None:
-        if rgb.shape != (*self.size, 3):
-            raise LeRobotDataError(f"{where}: the frame is {rgb.shape[0]}x{rgb.shape[1]} (HxW) but meta/info.json's "
-                                   f"features[{self.key!r}] shape says {self.size[0]}x{self.size[1]}")
-        value = np.asarray(self.transform(rgb)) if self.transform is not None else rgb
-        if self.array is None:
-            self.array = np.empty((self.n, *value.shape), dtype=value.dtype)
-        elif value.shape != self.array.shape[1:]:
-            raise ValueError(f"camera_frames({self.key!r}): transform returned shape {value.shape} at {where}, but "
-                             f"{self.array.shape[1:]} for the first frame; it must return one fixed shape")
-        self.array[row] = value
-
-    def result(self) -> np.ndarray:
-        if self.array is None:
-            return np.empty((self.n, *self.size, 3), dtype=np.uint8)
-        return self.array
 
 
 def read_dataset(path) -> LeRobotData:
@@ -442,7 +323,7 @@ def read_dataset(path) -> LeRobotData:
     if missing:
         raise LeRobotDataError(f"{info_path}: missing keys {missing}")
     tasks, episodes, frames, images, stats, data_dir = (_read_v3 if version == "v3.0" else _read_v21)(root, info)
-    videos = _video_files(root, info, episodes, version)
+    videos = cameras.video_files(root, info, episodes, version)
 
     # Frames must line up with the episode table: rows in index order, each episode contiguous.
     n = sum(e["length"] for e in episodes)
