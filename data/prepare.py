@@ -7,6 +7,9 @@
   mtime and the image root: change any of them and a new cache is built; the same key is reused and says so;
   `key["images"]` (present when the image settings are not the defaults: data/image_decode.py's `ImagePolicy`
   fields) is the image policy validation applies (paths outside the image root, the pixel budget);
+- the driver does no per-record work: `record_table` splits the file's bytes into one JSON text per record
+  (data/json_split.py: a vectorised scan, no parse) and the workers parse their own records; a file that is not
+  valid JSON raises what `read_llava_json` raises for it (on that error path the file is parsed in full to say so);
 - the records go through Ray Data (`map_batches` over an actor pool of `workers` processes; local
   `ray.init(num_cpus=workers)`, or the cluster at `ray_address`): each actor runs `data.llava.check_record`
   (turns, placeholders, image files opened and verified) and `tokenize(records=[record], image_root=...)`
@@ -31,9 +34,11 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from data import json_split
 from data.atomic import atomic_directory, atomic_file, read_json, write_json
 from data.errors import DataError
 from data.image_decode import DEFAULT_IMAGES, ImagePolicy
@@ -78,15 +83,20 @@ def prepare_rows(indices: list[int], texts: list[str], image_root: Path, tokeniz
                  images: ImagePolicy = DEFAULT_IMAGES) -> pa.Table:
     """The rows of a batch of records: samples (`problem` null) and bad or dropped records (`problem` set)."""
     rows = {k: [] for k in ("record", "id", "input_ids", "labels", "images", "image_positions", "problem", "dropped",
-                            "error")}
+                            "error", "not_json")}
 
-    def add(index, sid="", ids=(), labels=(), images=(), positions=(), problem=None, dropped=None, error=None):
+    def add(index, sid="", ids=(), labels=(), images=(), positions=(), problem=None, dropped=None, error=None,
+            not_json=None):
         for k, v in zip(rows, (index, sid, list(ids), list(labels), [str(p) for p in images], list(positions),
-                               problem, dropped, error)):
+                               problem, dropped, error, not_json)):
             rows[k].append(v)
 
     for index, text in zip(indices, texts):
-        record = json.loads(text)
+        try:
+            record = json.loads(text)
+        except (ValueError, RecursionError) as err:  # the file is not valid JSON (record_table only split it)
+            add(index, error=f"record #{index} is not valid JSON", not_json=f"{type(err).__name__}: {err}")
+            continue
         problem = check_record(record, image_root, images)
         if problem is not None:
             rid = record.get("id", f"#{index}") if isinstance(record, dict) else f"#{index}"
@@ -104,7 +114,7 @@ def prepare_rows(indices: list[int], texts: list[str], image_root: Path, tokeniz
                 add(index, dropped=reason)
     types = {"record": pa.int64(), "id": pa.string(), "input_ids": pa.list_(pa.int32()), "labels": pa.list_(pa.int32()),
              "images": pa.list_(pa.string()), "image_positions": pa.list_(pa.int32()), "problem": pa.string(),
-             "dropped": pa.string(), "error": pa.string()}
+             "dropped": pa.string(), "error": pa.string(), "not_json": pa.string()}
     return pa.table({k: pa.array(v, type=types[k]) for k, v in rows.items()})
 
 
@@ -119,6 +129,25 @@ def release_ray() -> None:
 
         ray.shutdown()
         _started = False
+
+
+def record_table(json_path: Path) -> pa.Table:
+    """The records of a LLaVA JSON file as a table: `record` (index) and `json` (its text), split from the file's
+    bytes without parsing (data/json_split.py). DataError if the file is missing or not a JSON list: the one
+    `read_llava_json` raises (it parses the file, on this error path only)."""
+    try:
+        texts = json_split.read_records(json_path)
+    except (FileNotFoundError, json_split.JSONSplitError) as err:
+        read_llava_json(json_path)  # raises the error of a full parse
+        raise DataError(f"{json_path}: not valid JSON ({err}); fix the file") from err
+    return pa.table({"record": pa.array(np.arange(len(texts), dtype=np.int64)), "json": texts})
+
+
+def _not_json(json_path: Path, rows: pa.Table) -> DataError:
+    """The error of a file a worker found a record of that is not valid JSON: what `read_llava_json` raises."""
+    read_llava_json(json_path)  # raises the error of a full parse
+    first = rows.slice(0, 1).to_pylist()[0]
+    return DataError(f"{json_path}: not valid JSON (record #{first['record']}: {first['not_json']}); fix the file")
 
 
 def _run_ray(table: pa.Table, source, tokenize: Callable, workers: int, ray_address: str | None,
@@ -160,10 +189,7 @@ def prepare_source(source, tokenize: Callable, key: dict, cache: Path, skip_bad:
     error.unlink(missing_ok=True)
     try:
         start = time.perf_counter()
-        records = read_llava_json(source.json)
-        table = pa.table({"record": pa.array(range(len(records)), pa.int64()),
-                          "json": pa.array([json.dumps(r) for r in records], pa.string())})
-        del records
+        table = record_table(source.json)
         how = f"with Ray Data, {workers} worker(s)" if workers else "in this process (prepare_workers=0)"
         log(f"data: preparing {source.json} ({len(table)} records) {how} → {folder}")
         if workers:
@@ -172,6 +198,9 @@ def prepare_source(source, tokenize: Callable, key: dict, cache: Path, skip_bad:
             rows = prepare_rows(table["record"].to_pylist(), table["json"].to_pylist(), Path(source.image_root), tokenize,
                                 images)
         rows = rows.sort_by("record")  # stable: a record's samples keep their order
+        not_json = rows.filter(pc.is_valid(rows["not_json"]))
+        if len(not_json):  # before any other error, as when the file was parsed whole first
+            raise _not_json(source.json, not_json)
         errors = rows.filter(pc.is_valid(rows["error"]))
         if len(errors):
             raise DataError(f"{source.json}: {errors['error'][0].as_py()}")
