@@ -52,13 +52,13 @@ from data.mini_world_questions import (
     prose,
     text_dialogue,
 )
-from data.mini_world_scenes import crop_loss, crop_window, render, sample_scene
+from data.mini_world_scenes import crop_loss, crop_window, grid_cells, render, sample_scene
 
-VERSION = 2
+VERSION = 3
 CAPTION_PROMPT = "Describe the image."
 DEFAULTS = {"seed": 0, "n_train": 8000, "n_test": 500, "n_per_benchmark": 300, "width": 96, "height": 64,
             "min_objects": 3, "max_objects": 5, "border_share": 0.3, "label_share": 0.4, "crop_size": 64,
-            "crop_pct": 0.9, "background": 128, "jpeg_quality": 95}
+            "crop_pct": 0.9, "background": 128, "jpeg_quality": 95, "grid": 12, "grid_top": 8}
 SPLITS = ("train", "test", *FAMILIES)  # each draws its scenes from its own seeded stream
 
 
@@ -83,6 +83,15 @@ def params(**kw) -> dict:
     if p["width"] < 48 or p["height"] < 32:
         raise ValueError(f"data.mini_world: a {p['width']}x{p['height']} canvas is too small for 16-px objects and "
                          "signs; use at least 48x32")
+    if p["grid"]:
+        if not isinstance(p["grid"], (int, np.integer)) or p["grid"] < 8 or p["grid_top"] < 0:
+            raise ValueError(f"data.mini_world: grid={p['grid']!r} (cell px) must be 0 (objects anywhere) or an integer "
+                             f">= 8, grid_top={p['grid_top']!r} >= 0 (conf/world/mini.yaml)")
+        cells = len(grid_cells(p["width"], p["height"], p["grid"], p["grid_top"]))
+        if cells < 2 * p["max_objects"]:
+            raise ValueError(f"data.mini_world: a {p['width']}x{p['height']} canvas holds {cells} grid cells of "
+                             f"{p['grid']} px from y={p['grid_top']}; need at least {2 * p['max_objects']} for "
+                             f"max_objects={p['max_objects']}: lower grid or grid_top, or enlarge the canvas")
     for key in ("border_share", "label_share"):
         if not 0.0 <= float(p[key]) <= 1.0:
             raise ValueError(f"data.mini_world: {key}={p[key]!r} must be a share in [0, 1]")
@@ -98,6 +107,7 @@ class World:
     def __init__(self, p: dict):
         self.p = p
         self.window = crop_window(p["width"], p["height"], p["crop_size"], p["crop_pct"])
+        self.grid = {"cell": p["grid"], "top": p["grid_top"]} if p["grid"] else None
         self.rngs = {s: np.random.default_rng([p["seed"], i, VERSION]) for i, s in enumerate(SPLITS)}
         self.drawn: dict[str, list] = {s: [] for s in SPLITS}
 
@@ -106,7 +116,7 @@ class World:
         while len(drawn) <= k:  # TextVQA's scenes all carry a sign
             label_share = 1.0 if split == "textvqa" else p["label_share"]
             drawn.append(sample_scene(self.rngs[split], p["width"], p["height"], p["min_objects"], p["max_objects"],
-                                      p["border_share"], label_share, self.window))
+                                      p["border_share"], label_share, self.window, self.grid))
         return drawn[k]
 
     def question_rng(self, split: str) -> np.random.Generator:

@@ -13,6 +13,14 @@ squashing the canvas into a square distorts them, letterboxing keeps them whole 
 
 About `label_share` of the scenes carry a sign: a short word in black on a white board (PIL's default font),
 free-standing or held just above a large object (that object's `label` is then the word).
+
+With a `grid` (world version 3's default), each object sits inside one cell of a grid of `cell`-px squares whose
+rows start at `top`: with the defaults (12-px cells from y = 8 on the 96x64 canvas) a cell is exactly one 8-px
+patch of a 64-px encoder after letterboxing (scale 2/3, 16 px of padding above), so under the study's base
+preprocessing every object lies inside one patch; resize-naive keeps the columns but not the rows aligned,
+resize-crop neither. Objects are then `cell // 2` (small) or `cell - 2` px (large), one pixel or more inside
+their cell, and signs are free-standing. The reason (docs/reproduction.md, "World version 3"): no pretraining
+objective taught the tiny ViT to read the shape of an object cut across patches.
 """
 from __future__ import annotations
 
@@ -99,24 +107,51 @@ def _place(rng, w, h, width, height, others, window, border=False):
     return None
 
 
+def grid_cells(width: int, height: int, cell: int, top: int) -> list[tuple[int, int]]:
+    """Top-left corners of the whole `cell`-px grid cells of the canvas, rows from y = `top`, columns from x = 0."""
+    return [(x, y) for y in range(top, height - cell + 1, cell) for x in range(0, width - cell + 1, cell)]
+
+
+def object_size(size: str, grid: dict | None) -> int:
+    """Pixels of a 'small' / 'large' object: SIZES, or in a grid cell // 2 and cell - 2."""
+    if grid is None:
+        return SIZES[size]
+    return grid["cell"] // 2 if size == "small" else grid["cell"] - 2
+
+
+def _place_in_cell(rng, s, cells, others, window, border):
+    """A top-left corner for an s x s object inside a free grid cell (one pixel or more from its edges), the cell's
+    centre outside the centre-crop window's columns if `border`, else inside; None if no cell is free."""
+    cell = cells["cell"]
+    x0, x1 = window[0], window[2]
+    free = [(x, y) for x, y in cells["corners"]
+            if (not x0 <= x + cell / 2 <= x1) == border and not _overlaps((x + 1, y + 1, cell - 2, cell - 2), others)]
+    if not free:
+        return None
+    x, y = free[int(rng.integers(len(free)))]
+    return x + int(rng.integers(1, cell - s)), y + int(rng.integers(1, cell - s))
+
+
 def sample_scene(rng: np.random.Generator, width: int, height: int, min_objects: int, max_objects: int,
-                 border_share: float, label_share: float, window) -> dict:
-    """One scene (see the module docstring); `window` is the centre crop's (x0, y0, x1, y1)."""
+                 border_share: float, label_share: float, window, grid: dict | None = None) -> dict:
+    """One scene (see the module docstring); `window` is the centre crop's (x0, y0, x1, y1); `grid` None (objects
+    anywhere) or {"cell": px, "top": px}."""
+    cells = None if grid is None else {"cell": grid["cell"], "corners": grid_cells(width, height, grid["cell"], grid["top"])}
     for _ in range(1000):
-        scene = _try_scene(rng, width, height, min_objects, max_objects, border_share, label_share, window)
+        scene = _try_scene(rng, width, height, min_objects, max_objects, border_share, label_share, window, cells)
         if scene is not None:
             return scene
     raise RuntimeError(f"could not place {max_objects} objects on a {width}x{height} canvas; make it larger")
 
 
-def _try_scene(rng, width, height, min_objects, max_objects, border_share, label_share, window):
+def _try_scene(rng, width, height, min_objects, max_objects, border_share, label_share, window, cells=None):
     n = int(rng.integers(min_objects, max_objects + 1))
     colors = [list(COLORS)[int(i)] for i in rng.choice(len(COLORS), size=n, replace=False, p=COLOR_WEIGHTS)]
     kinds = [(c, SHAPES[int(rng.choice(len(SHAPES), p=SHAPE_WEIGHTS))]) for c in colors]
     sizes = [("small", "large")[int(rng.integers(2))] for _ in kinds]
     word = WORDS[int(rng.integers(len(WORDS)))] if rng.random() < label_share else None
     holder = None  # the large object holding the sign
-    if word is not None and "large" in sizes and rng.random() < 0.4:
+    if word is not None and "large" in sizes and cells is None and rng.random() < 0.4:
         holder = sizes.index("large")
     boxes: list[tuple[int, int, int, int]] = []
     objects, sign = [], None
@@ -129,8 +164,14 @@ def _try_scene(rng, width, height, min_objects, max_objects, border_share, label
             sign = {"word": word, "bbox": [at[0], at[1], sw, sh], "on": None}
             boxes.append((at[0], at[1], sw, sh))
     for i, ((color, shape), size) in enumerate(zip(kinds, sizes)):
-        s = SIZES[size]
-        if i == holder:  # the object with its sign just above it, centred: one footprint
+        s = object_size(size, cells)
+        if cells is not None:
+            at = _place_in_cell(rng, s, cells, boxes, window, border=rng.random() < border_share)
+            if at is None:
+                return None
+            box = (at[0], at[1], s, s)
+            boxes.append(box)
+        elif i == holder:  # the object with its sign just above it, centred: one footprint
             sw, sh = sign_size(word)
             fw, fh = max(sw, s), sh + s
             at = _place(rng, fw, fh, width, height, boxes, window)

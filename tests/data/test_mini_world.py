@@ -148,12 +148,44 @@ def test_captions_name_every_object_and_the_sign(world):
 
 
 def test_each_colour_names_one_object(world):
-    """Colours are the scene's keys: no colour twice in a scene, 3-5 objects, both sizes at 10 and 16 px."""
+    """Colours are the scene's keys: no colour twice in a scene, 3-5 objects, both sizes at 6 and 10 px (12-px grid)."""
     scenes = json.loads((world / "scenes.json").read_text())["train"].values()
     for scene in scenes:
         colours = [o["color"] for o in scene["objects"]]
         assert len(colours) == len(set(colours)) and 3 <= len(colours) <= 5
-    assert {tuple(o["bbox"][2:]) for s in scenes for o in s["objects"]} == {(10, 10), (16, 16)}
+    assert {tuple(o["bbox"][2:]) for s in scenes for o in s["objects"]} == {(6, 6), (10, 10)}
+
+
+def test_every_object_lies_inside_one_letterboxed_patch(world):
+    """The default grid: each object inside one 12-px cell from y = 8, i.e. inside one 8-px patch of the 64-px
+    letterboxed image (scale 2/3, 16 canvas px of padding above), one object per cell; the border columns hold
+    objects (the centre crop still loses some)."""
+    scenes = json.loads((world / "scenes.json").read_text())["train"].values()
+    columns = set()
+    for scene in scenes:
+        cells = []
+        for o in scene["objects"]:
+            x, y, w, h = o["bbox"]
+            cell = (x // 12, (y - 8) // 12)
+            assert (x + w - 1) // 12 == cell[0] and (y + h - 1 - 8) // 12 == cell[1] and y >= 8, o
+            left, top = x * 2 / 3, (y + 16) * 2 / 3  # letterboxed to 64 x 64
+            assert int(left // 8) == int((left + w * 2 / 3 - 1e-6) // 8)
+            assert int(top // 8) == int((top + h * 2 / 3 - 1e-6) // 8)
+            cells.append(cell)
+            columns.add(cell[0])
+        assert len(cells) == len(set(cells))
+    assert columns == set(range(8))
+
+
+def test_objects_anywhere_without_a_grid(tmp_path):
+    """grid=0 keeps world version 2's placement: objects of 10 and 16 px anywhere, signs held by objects."""
+    from data.mini_world import World, params
+
+    w = World(params(grid=0))
+    scenes = [w.scene("train", k) for k in range(200)]
+    assert {o["bbox"][2] for s in scenes for o in s["objects"]} == {10, 16}
+    assert any(s["sign"] and s["sign"]["on"] is not None for s in scenes)
+    assert any(o["bbox"][0] % 12 not in range(1, 6) for s in scenes for o in s["objects"])
 
 
 def test_centre_crop_losses_are_counted(world):
@@ -188,6 +220,8 @@ def test_signs_on_about_forty_percent_of_the_scenes(world):
     ({"label_share": 1.5}, ValueError, "label_share=1.5 must be a share"),
     ({"width": 20}, ValueError, "canvas is too small"),
     ({"n_per_benchmark": 2}, ValueError, "n_per_benchmark=2 is too small"),
+    ({"grid": 5}, ValueError, r"grid=5 \(cell px\) must be 0"),
+    ({"grid": 16, "grid_top": 40}, ValueError, "grid cells of 16 px"),
 ])
 def test_bad_parameters_are_clear_errors(kw, error, match, tmp_path):
     with pytest.raises(error, match=match):
