@@ -112,11 +112,11 @@ def grid_cells(width: int, height: int, cell: int, top: int) -> list[tuple[int, 
     return [(x, y) for y in range(top, height - cell + 1, cell) for x in range(0, width - cell + 1, cell)]
 
 
-def object_size(size: str, grid: dict | None) -> int:
-    """Pixels of a 'small' / 'large' object: SIZES, or in a grid cell // 2 and cell - 2."""
-    if grid is None:
+def object_size(size: str, cells: dict | None) -> int:
+    """Pixels of a 'small' / 'large' object: SIZES without a grid, else cell // 2 and cell - 2."""
+    if cells is None:
         return SIZES[size]
-    return grid["cell"] // 2 if size == "small" else grid["cell"] - 2
+    return cells["cell"] // 2 if size == "small" else cells["cell"] - 2
 
 
 def _place_in_cell(rng, s, cells, others, window, border):
