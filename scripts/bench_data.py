@@ -10,7 +10,8 @@ default tiny model (`stage=single_stage`: the backbone's prompt format). Steps:
 - `ray1`, `ray2`: `data.prepare.prepare_source` into a fresh cache with 1 / 2 Ray workers (Ray's start included);
 - `train`: `python train.py ... data.cache=<ray2's cache> ...max_steps=1` as a child process, timed from its
   start to the end of its first optimizer step (the `step: 1/` progress line the run prints; the whole run's wall time
-  is printed too) and its peak RSS (`ru_maxrss` of the child).
+  is printed too) and its peak RSS (`ru_maxrss` of the child), with the peaks of its anonymous, file-backed and shared
+  parts (sampled from /proc/PID/status every 50 ms).
 Prints one line per step and a JSON summary (also written to OUT/bench_data.json).
 """
 
@@ -23,6 +24,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -68,6 +70,22 @@ def bench_ray(model, src, workers: int, cache: Path) -> dict:
     return {"seconds": round(time.perf_counter() - start, 1), "samples": sum(len(p) for p in parts)}
 
 
+def _watch_rss_parts(pid: int, peaks: dict, stop: threading.Event, every: float = 0.05) -> None:
+    """Keep in `peaks` the largest RssAnon / RssFile / RssShmem (MB) that /proc/PID/status showed while it ran:
+    anonymous memory is what the process itself holds (heap, tensors); file-backed pages are the mapped libraries and
+    memory-mapped shards, which the page cache shares with every other process mapping the same files."""
+    while not stop.is_set():
+        try:
+            text = Path(f"/proc/{pid}/status").read_text()
+        except OSError:  # the process has exited
+            return
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key in ("RssAnon", "RssFile", "RssShmem"):
+                peaks[key] = max(peaks.get(key, 0), round(int(value.split()[0]) / 1024))
+        stop.wait(every)
+
+
 def bench_train(root: Path, cache: Path, out: Path) -> dict:
     cmd = [sys.executable, "train.py", *overrides(root), f"data.cache={cache}", "logger=csv", f"run.root={out / 'runs'}",
            "stage.phases.finetune.max_steps=1", "stage.phases.finetune.global_batch_size=8", "trainer.log_every_n_steps=1",
@@ -77,6 +95,9 @@ def bench_train(root: Path, cache: Path, out: Path) -> dict:
     start = time.perf_counter()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    rss_parts, stop = {}, threading.Event()
+    watcher = threading.Thread(target=_watch_rss_parts, args=(proc.pid, rss_parts, stop), daemon=True)
+    watcher.start()
     first_step, reused, lines = None, False, []
     for line in proc.stdout:
         lines.append(line)
@@ -85,6 +106,8 @@ def bench_train(root: Path, cache: Path, out: Path) -> dict:
             print(line.rstrip(), flush=True)
         if first_step is None and "step: 1/" in line:
             first_step = time.perf_counter() - start
+    stop.set()
+    watcher.join()
     _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS (not other children of this process)
     rc = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - start
@@ -93,7 +116,8 @@ def bench_train(root: Path, cache: Path, out: Path) -> dict:
         raise SystemExit(f"train.py failed ({rc})")
     rss_mb = usage.ru_maxrss / 1024
     return {"wall_seconds": round(wall, 1), "first_step_seconds": round(first_step, 1) if first_step else None,
-            "peak_rss_mb": round(rss_mb), "reused_cache": reused}
+            "peak_rss_mb": round(rss_mb), "peak_rss_parts_mb": {k.removeprefix("Rss").lower(): v for k, v in rss_parts.items()},
+            "reused_cache": reused}
 
 
 def main(argv: list[str] | None = None) -> None:
