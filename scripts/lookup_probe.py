@@ -1,0 +1,187 @@
+"""How fast does the tiny Llama learn to answer from an image when the vision side is perfect?
+
+A calibration probe of Prismatic in miniature (docs/reproduction.md, runs 31-): each object of a mini-world scene
+is one input vector at its letterboxed patch, built from its attribute words, so the language model sees exactly
+what an ideal encoder + projector could give it, and nothing else is learned but the language model (and, with
+`--objects fresh`, the attribute vectors: a new projector's job). Trained on the world's one-word questions
+(`instruct.json` without the box and description turns), optionally mixed with its captions (`align.json`) and
+prose (`lm_text.txt`) as "describe" targets; held-out accuracy per question kind against each kind's majority
+answer (exact match of every answer token and the end of the answer, greedy at each position).
+
+    python scripts/lookup_probe.py --world ~/.cache/refract/datasets/mini_world-8f4a94a0dc5f \\
+        --lm ~/.cache/refract/tiny/mini_llama_base-v5 --objects words --captions 0.5 --prose --steps 4000 --save /tmp/lm
+
+`--objects words`: an object is the sum of the LM's own input embeddings of its caption words ("red", "top", "left",
+"large", "circle"), so the lookup is keyed on the LM's vocabulary; `fresh`: the sum of new, trained vectors, one
+per attribute value (what a projector would have to learn). `--background zeros` puts the objects among 64 patch
+slots (zeros elsewhere), `none` gives the objects alone. One thread; prints one line per evaluation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import random
+import re
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+KINDS = [("colour", "What color"), ("size", "What size"), ("shape", "What shape"), ("count", "How many"),
+         ("exists", "Is there"), ("vsr", "Is the following"), ("relation", "Is the"), ("same", "Are the"),
+         ("reading", "What")]
+GRID = 8  # patches a side at the study's 64-px letterbox
+
+
+def kind(question: str) -> str:
+    return next(name for name, prefix in KINDS if question.startswith(prefix))
+
+
+def patch_of(obj: dict, scene: dict, size: int = 64, patch: int = 8) -> int:
+    """The letterboxed patch under the object's centre (the world's canvas is scaled to `size` on its long side)."""
+    scale = size / max(scene["width"], scene["height"])
+    x, y, w, h = obj["bbox"]
+    cx = (x + w / 2) * scale + (size - scene["width"] * scale) / 2
+    cy = (y + h / 2) * scale + (size - scene["height"] * scale) / 2
+    return int(cy // patch) * GRID + int(cx // patch)
+
+
+def object_words(world: Path) -> dict[str, list[tuple[int, str]]]:
+    """Per training image: (patch, the object's caption phrase, e.g. "red top left large circle") for each object,
+    matched to the scene by its colour (one object per colour in the world)."""
+    scenes = json.loads((world / "scenes.json").read_text())["train"]
+    captions = {r["image"]: r["conversations"][1]["value"] for r in json.loads((world / "align.json").read_text())}
+    out = {}
+    for image, scene in scenes.items():
+        by_colour = {p.split()[0]: p for p in (q.strip().rstrip(".") for q in re.split(r", | and ", captions[image]))}
+        out[image] = [(patch_of(o, scene), by_colour[o["color"]]) for o in scene["objects"]]
+    return out
+
+
+def samples(world: Path, holdout: int):
+    """(train questions, held-out questions, describe targets): each (image, prompt, answer, question)."""
+    records = json.loads((world / "instruct.json").read_text())
+    held = {r["image"] for r in records[-holdout:]}
+    questions = []
+    for rec in records:
+        turns = rec["conversations"]
+        for ask, answer in zip(turns[::2], turns[1::2]):
+            q = ask["value"].replace("<image>\n", "")
+            if "bounding box" not in q and not q.startswith("Describe"):
+                questions.append((rec["image"], f"In: {q}\nOut:", " " + answer["value"], q))
+    describe = [(r["image"], "In: Describe the image.\nOut:", " " + r["conversations"][1]["value"], "caption")
+                for r in json.loads((world / "align.json").read_text()) if r["image"] not in held]
+    return [s for s in questions if s[0] not in held], [s for s in questions if s[0] in held], describe
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--world", type=Path, required=True, help="a mini world folder (data/mini_world.py)")
+    p.add_argument("--lm", type=Path, required=True, help="a transformers causal LM folder with its tokenizer")
+    p.add_argument("--objects", choices=["words", "fresh"], default="words")
+    p.add_argument("--background", choices=["none", "zeros"], default="none")
+    p.add_argument("--captions", type=float, default=0.5, help="share of each batch given to describe targets")
+    p.add_argument("--prose", action="store_true", help="also describe with the scene's lm_text.txt line")
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--every", type=int, default=250)
+    p.add_argument("--holdout", type=int, default=300, help="last N conversations' images held out")
+    p.add_argument("--test", type=int, default=1500, help="held-out questions evaluated")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--save", type=Path, help="write the trained LM and its tokenizer here")
+    args = p.parse_args(argv)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    tok = AutoTokenizer.from_pretrained(args.lm)
+    model = AutoModelForCausalLM.from_pretrained(args.lm)
+    embed = model.get_input_embeddings()
+    width = embed.embedding_dim
+    objects = object_words(args.world)
+    train, test, describe = samples(args.world, args.holdout)
+    test = test[:args.test]
+    if args.prose:  # lm_text.txt: one line per training scene, in scenes.json's order
+        lines = (args.world / "lm_text.txt").read_text().splitlines()
+        held = {s[0] for s in test}
+        describe += [(im, "In: Describe the image in detail.\nOut:", " " + line, "prose")
+                     for im, line in zip(objects, lines) if im not in held]
+    words = sorted({w for rows in objects.values() for _, phrase in rows for w in phrase.split()})
+    fresh = nn.Embedding(len(words), width)
+    nn.init.normal_(fresh.weight, std=model.config.initializer_range)
+    word_index = {w: i for i, w in enumerate(words)}
+    word_ids = {w: tok(" " + w, add_special_tokens=False)["input_ids"] for w in words}
+
+    def image(name: str) -> torch.Tensor:
+        rows = sorted(objects[name])
+        vecs = [embed(torch.tensor([i for w in phrase.split() for i in word_ids[w]])).sum(0) if args.objects == "words"
+                else fresh(torch.tensor([word_index[w] for w in phrase.split()])).sum(0) for _, phrase in rows]
+        if args.background == "none":
+            return torch.stack(vecs)
+        slots = torch.zeros(GRID * GRID, width)
+        slots[[p for p, _ in rows]] = torch.stack(vecs)
+        return slots
+
+    def batch(items):
+        embeds, labels = [], []
+        for name, prompt, answer, _ in items:
+            ids = tok(prompt, add_special_tokens=False)["input_ids"]
+            ans = tok(answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            img = image(name)
+            embeds.append(torch.cat([img, embed(torch.tensor(ids + ans))]))
+            labels.append([-100] * (len(img) + len(ids)) + ans)
+        n = max(map(len, labels))
+        mask = torch.tensor([[1] * len(lab) + [0] * (n - len(lab)) for lab in labels])
+        x = torch.stack([torch.cat([e, e.new_zeros(n - len(e), width)]) for e in embeds])
+        return x, mask, torch.tensor([lab + [-100] * (n - len(lab)) for lab in labels])
+
+    majority = {k: collections.Counter(a for _, _, a, q in train if kind(q) == k).most_common(1)[0][0]
+                for k in {kind(q) for *_, q in train}}
+    prior = collections.Counter(kind(q) for _, _, a, q in test if a == majority[kind(q)])
+    counts = collections.Counter(kind(q) for *_, q in test)
+    print("prior", round(sum(prior.values()) / len(test), 3), {k: round(prior[k] / counts[k], 2) for k in counts},
+          "items", dict(counts), flush=True)
+
+    @torch.no_grad()
+    def evaluate():
+        model.eval()
+        right = collections.Counter()
+        for i in range(0, len(test), 64):
+            items = test[i:i + 64]
+            x, mask, labels = batch(items)
+            pred = model(inputs_embeds=x, attention_mask=mask).logits[:, :-1].argmax(-1)
+            target = labels[:, 1:]
+            ok = ((pred == target) | (target == -100)).all(1)
+            right.update(kind(q) for (*_, q), good in zip(items, ok.tolist()) if good)
+        model.train()
+        return round(sum(right.values()) / len(test), 3), {k: round(right[k] / counts[k], 2) for k in counts}
+
+    params = list(model.parameters()) + (list(fresh.parameters()) if args.objects == "fresh" else [])
+    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50))
+    start, n_describe = time.time(), int(args.batch * args.captions)
+    for step in range(args.steps + 1):
+        if step % args.every == 0 or step == args.steps:
+            acc, per_kind = evaluate()
+            print(step, f"{time.time() - start:.0f}s", "acc", acc, per_kind, flush=True)
+        if step == args.steps:
+            break
+        x, mask, labels = batch(rng.sample(train, args.batch - n_describe) + rng.sample(describe, n_describe))
+        loss = model(inputs_embeds=x, attention_mask=mask, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+    if args.save:
+        model.save_pretrained(args.save)
+        tok.save_pretrained(args.save)
+
+
+if __name__ == "__main__":
+    main()
