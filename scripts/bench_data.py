@@ -116,8 +116,8 @@ def bench_train(root: Path, cache: Path, out: Path) -> dict:
         raise SystemExit(f"train.py failed ({rc})")
     rss_mb = usage.ru_maxrss / 1024
     return {"wall_seconds": round(wall, 1), "first_step_seconds": round(first_step, 1) if first_step else None,
-            "peak_rss_mb": round(rss_mb), "peak_rss_parts_mb": {k.removeprefix("Rss").lower(): v for k, v in rss_parts.items()},
-            "reused_cache": reused}
+            "peak_rss_mb": round(rss_mb),
+            "peak_rss_parts_mb": {k.removeprefix("Rss").lower(): v for k, v in rss_parts.items()}, "reused_cache": reused}
 
 
 def main(argv: list[str] | None = None) -> None:

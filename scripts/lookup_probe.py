@@ -30,6 +30,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from vlm.pretrain.quality import centre_patch
+from vlm.pretrain.world import caption_records, scenes, text_lines
+
 KINDS = [("colour", "What color"), ("size", "What size"), ("shape", "What shape"), ("count", "How many"),
          ("exists", "Is there"), ("vsr", "Is the following"), ("relation", "Is the"), ("same", "Are the"),
          ("reading", "What")]
@@ -40,24 +43,15 @@ def kind(question: str) -> str:
     return next(name for name, prefix in KINDS if question.startswith(prefix))
 
 
-def patch_of(obj: dict, scene: dict, size: int = 64, patch: int = 8) -> int:
-    """The letterboxed patch under the object's centre (the world's canvas is scaled to `size` on its long side)."""
-    scale = size / max(scene["width"], scene["height"])
-    x, y, w, h = obj["bbox"]
-    cx = (x + w / 2) * scale + (size - scene["width"] * scale) / 2
-    cy = (y + h / 2) * scale + (size - scene["height"] * scale) / 2
-    return int(cy // patch) * GRID + int(cx // patch)
-
-
 def object_words(world: Path) -> dict[str, list[tuple[int, str]]]:
     """Per training image: (patch, the object's caption phrase, e.g. "red top left large circle") for each object,
     matched to the scene by its colour (one object per colour in the world)."""
-    scenes = json.loads((world / "scenes.json").read_text())["train"]
-    captions = {r["image"]: r["conversations"][1]["value"] for r in json.loads((world / "align.json").read_text())}
+    captions = dict(caption_records(world))
     out = {}
-    for image, scene in scenes.items():
+    for image, scene in scenes(world, "train").items():
         by_colour = {p.split()[0]: p for p in (q.strip().rstrip(".") for q in re.split(r", | and ", captions[image]))}
-        out[image] = [(patch_of(o, scene), by_colour[o["color"]]) for o in scene["objects"]]
+        out[image] = [(centre_patch(o, scene, (GRID, GRID), "letterbox"), by_colour[o["color"]])
+                      for o in scene["objects"]]
     return out
 
 
@@ -72,8 +66,8 @@ def samples(world: Path, holdout: int):
             q = ask["value"].replace("<image>\n", "")
             if "bounding box" not in q and not q.startswith("Describe"):
                 questions.append((rec["image"], f"In: {q}\nOut:", " " + answer["value"], q))
-    describe = [(r["image"], "In: Describe the image.\nOut:", " " + r["conversations"][1]["value"], "caption")
-                for r in json.loads((world / "align.json").read_text()) if r["image"] not in held]
+    describe = [(image, "In: Describe the image.\nOut:", " " + caption, "caption")
+                for image, caption in caption_records(world) if image not in held]
     return [s for s in questions if s[0] not in held], [s for s in questions if s[0] in held], describe
 
 
@@ -107,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     train, test, describe = samples(args.world, args.holdout)
     test = test[:args.test]
     if args.prose:  # lm_text.txt: one line per training scene, in scenes.json's order
-        lines = (args.world / "lm_text.txt").read_text().splitlines()
+        lines = text_lines(args.world, "lm_text.txt")
         held = {s[0] for s in test}
         describe += [(im, "In: Describe the image in detail.\nOut:", " " + line, "prose")
                      for im, line in zip(objects, lines) if im not in held]

@@ -1,21 +1,14 @@
-"""scripts/lookup_probe.py: objects land on their letterboxed patch (hand-computed), one object a patch, and a
-2-step probe on a small world trains, evaluates against the per-kind prior and saves a loadable LM."""
+"""scripts/lookup_probe.py: one object a patch with its caption phrase, held-out images kept apart, and a 2-step
+probe on a small world trains, evaluates against the per-kind prior and saves a loadable LM."""
 import pytest
 
 from data.mini_world import ensure
-from scripts.lookup_probe import kind, main, object_words, patch_of, samples
+from scripts.lookup_probe import kind, main, object_words, samples
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     return ensure(tmp_path_factory.mktemp("w"), n_train=24, n_test=4, n_per_benchmark=6)
-
-
-def test_patch_of_letterboxes_the_canvas():
-    scene = {"width": 96, "height": 64}
-    # centre (42, 50) -> x 42 * 2/3 = 28, y 50 * 2/3 + (64 - 64 * 2/3) / 2 = 44 -> row 5, column 3
-    assert patch_of({"bbox": [37, 45, 10, 10]}, scene) == 5 * 8 + 3
-    assert patch_of({"bbox": [0, 0, 2, 2]}, scene) == 1 * 8 + 0  # the letterbox's top band is patch row 0
 
 
 def test_every_object_has_its_own_patch_and_phrase(world):
