@@ -23,15 +23,14 @@ import argparse
 import collections
 import json
 import random
-import re
 import time
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from vlm.pretrain.quality import centre_patch
-from vlm.pretrain.world import caption_records, scenes, text_lines
+from vlm.pretrain.scene_samples import object_phrases
+from vlm.pretrain.world import caption_records, text_lines
 
 KINDS = [("colour", "What color"), ("size", "What size"), ("shape", "What shape"), ("count", "How many"),
          ("exists", "Is there"), ("vsr", "Is the following"), ("relation", "Is the"), ("same", "Are the"),
@@ -41,18 +40,6 @@ GRID = 8  # patches a side at the study's 64-px letterbox
 
 def kind(question: str) -> str:
     return next(name for name, prefix in KINDS if question.startswith(prefix))
-
-
-def object_words(world: Path) -> dict[str, list[tuple[int, str]]]:
-    """Per training image: (patch, the object's caption phrase, e.g. "red top left large circle") for each object,
-    matched to the scene by its colour (one object per colour in the world)."""
-    captions = dict(caption_records(world))
-    out = {}
-    for image, scene in scenes(world, "train").items():
-        by_colour = {p.split()[0]: p for p in (q.strip().rstrip(".") for q in re.split(r", | and ", captions[image]))}
-        out[image] = [(centre_patch(o, scene, (GRID, GRID), "letterbox"), by_colour[o["color"]])
-                      for o in scene["objects"]]
-    return out
 
 
 def samples(world: Path, holdout: int):
@@ -97,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     model = AutoModelForCausalLM.from_pretrained(args.lm)
     embed = model.get_input_embeddings()
     width = embed.embedding_dim
-    objects = object_words(args.world)
+    objects = object_phrases(args.world, (GRID, GRID))
     train, test, describe = samples(args.world, args.holdout)
     test = test[:args.test]
     if args.prose:  # lm_text.txt: one line per training scene, in scenes.json's order

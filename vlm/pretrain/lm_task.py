@@ -12,7 +12,10 @@ Data (`lm_pretrain.data`):
   formatted with `lm_pretrain.prompt_format` (vlm/prompting.py), loss on the answers only. A micro-batch whose
   answers are all cut off by `block_size` has no target token: its loss is 0 with zero gradients (what the
   0/0 NaN of transformers' mean loss trained with), and a warning says so once; the core stops a run on a
-  NaN loss, so the 0 keeps such runs going while any real divergence still stops them.
+  NaN loss, so the 0 keeps such runs going while any real divergence still stops them;
+- `scenes`: the world's captions, prose lines and `lm_pretrain.questions_per_scene` one-word questions per
+  training scene, each after the scene's objects given as one vector per patch slot (vlm/pretrain/scene_samples.py;
+  the last `lm_pretrain.holdout` scenes held out), in `lm_pretrain.prompt_format`, loss on the answers.
 When training ends, rank 0 writes `save_pretrained` + the tokenizer files to `RUN_DIR/export/`, which
 vlm/backbones.py (`HFBackbone(model_id=RUN_DIR/export)`) loads like a hub model.
 """
@@ -34,6 +37,7 @@ from core.sifting import mean_token_loss_per_row
 from data.atomic import atomic_directory
 from vlm.prompting import IGNORE_INDEX, build_prompt_format
 from vlm.pretrain.encoder_task import EXPORT
+from vlm.pretrain.scene_samples import scene_samples, slot_embeddings, slot_tensors
 from vlm.pretrain.world import dialogues, text_lines, world_folder
 
 
@@ -47,9 +51,16 @@ class CausalLM(nn.Module):
 
     warned_no_targets = False
 
+    def inputs(self, batch: dict) -> dict:
+        """The LM's inputs: token ids, or (scene samples) embeddings with the patch slots filled."""
+        if "slot_mask" not in batch:
+            return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        embeds = slot_embeddings(self.lm.get_input_embeddings(), batch["input_ids"], batch["slot_mask"],
+                                 batch["slot_words"])
+        return {"inputs_embeds": embeds, "attention_mask": batch["attention_mask"]}
+
     def loss(self, batch: dict) -> torch.Tensor:
-        out = self.lm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"],
-                      use_cache=False)
+        out = self.lm(**self.inputs(batch), labels=batch["labels"], use_cache=False)
         if (batch["labels"][:, 1:] != IGNORE_INDEX).any():
             return out.loss
         if not self.warned_no_targets:
@@ -112,14 +123,18 @@ class TokenSamples(Dataset):
 
 
 def collate(samples, pad_id: int) -> dict:
-    """Right-padded `input_ids` (pad: `pad_id`), `attention_mask`, `labels` (-100 on padding)."""
-    width = max(len(ids) for ids, _ in samples)
+    """Right-padded `input_ids` (pad: `pad_id`), `attention_mask`, `labels` (-100 on padding); scene samples
+    (a third element) add `slot_mask` and `slot_words` (vlm/pretrain/scene_samples.py)."""
+    width = max(len(sample[0]) for sample in samples)
     input_ids = torch.full((len(samples), width), pad_id)
     labels = torch.full((len(samples), width), IGNORE_INDEX)
     mask = torch.zeros((len(samples), width), dtype=torch.long)
-    for i, (ids, lab) in enumerate(samples):
+    for i, (ids, lab, *_) in enumerate(samples):
         input_ids[i, : len(ids)], labels[i, : len(lab)], mask[i, : len(ids)] = torch.tensor(ids), torch.tensor(lab), 1
-    return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+    batch = {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+    if len(samples[0]) == 3:
+        batch["slot_mask"], batch["slot_words"] = slot_tensors(samples, width)
+    return batch
 
 
 class LMDataModule(StreamDataModule):
@@ -147,7 +162,7 @@ class LMPretrainModule(TrainModule):
         return self.model.loss(batch)
 
     def sample_losses(self, batch):
-        out = self.model.lm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
+        out = self.model.lm(**self.model.inputs(batch), use_cache=False)
         return mean_token_loss_per_row(out.logits, batch["labels"])
 
     def on_train_end(self) -> None:
@@ -175,8 +190,11 @@ class LMPretrainTask:
         elif block.data == "dialogues":
             trained, _ = heldout_split(dialogues(world), int(block.holdout), str(world / "text.json"))
             samples = dialogue_samples(trained, build_prompt_format(str(block.prompt_format), tok), int(block.block_size))
+        elif block.data == "scenes":
+            samples = scene_samples(world, tok, build_prompt_format(str(block.prompt_format), tok),
+                                    int(block.questions_per_scene), int(block.holdout), int(block.block_size))
         else:
-            raise ValueError(f"lm_pretrain.data={block.data!r}: choose text or dialogues")
+            raise ValueError(f"lm_pretrain.data={block.data!r}: choose text, dialogues or scenes")
         return LMDataModule(samples, tok.eos_token_id, micro_batch_size, seed)
 
     def build_module(self, cfg: DictConfig, phase: DictConfig, model: CausalLM, total_steps: int) -> LMPretrainModule:

@@ -1,0 +1,120 @@
+"""`lm_pretrain.data=scenes` (vlm/pretrain/scene_samples.py): the VLM's layout (BOS, 64 patch slots, the text), each
+object's words at the patch under its centre (hand-checked against the scene), slot vectors equal to the sum of
+the LM's own word embeddings, the loss equal to transformers' own on those embeddings, and a 3-step run that trains
+and exports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from core.run import train
+from data.mini_world import ensure
+from tests.conftest import BASE, compose_cfg
+from vlm.prompting import IGNORE_INDEX, build_prompt_format
+from vlm.pretrain.lm_task import LMPretrainTask, build_lm, collate
+from vlm.pretrain.quality import centre_patch
+from vlm.pretrain.scene_samples import object_phrases, scene_samples, scene_texts, slot_embeddings
+
+WORLD_KW = dict(n_train=24, n_test=4, n_per_benchmark=6)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return ensure(tmp_path_factory.mktemp("w"), **WORLD_KW)
+
+
+@pytest.fixture(scope="module")
+def lm():
+    from vlm.tiny import ensure_tiny
+
+    return ensure_tiny("mini_llama_base")
+
+
+def scene_cfg(world, *overrides):
+    return compose_cfg(*BASE, "task=lm_pretrain", "lm_pretrain.data=scenes", f"world.cache_dir={world.parent}",
+                       *(f"world.{k}={v}" for k, v in WORLD_KW.items()), "lm_pretrain.init=tiny:mini_llama_base",
+                       "lm_pretrain.prompt_format=base", "lm_pretrain.holdout=4", *overrides)
+
+
+def test_each_object_is_named_at_the_patch_under_its_centre(world):
+    scenes = json.loads((world / "scenes.json").read_text())["train"]
+    objects = object_phrases(world)
+    assert list(objects) == list(scenes)
+    for image, rows in objects.items():
+        scene = scenes[image]
+        assert [p for p, _ in rows] == [centre_patch(o, scene, (8, 8), "letterbox") for o in scene["objects"]]
+        assert len({p for p, _ in rows}) == len(rows)  # one object a patch (world v3's grid)
+        for (_, phrase), obj in zip(rows, scene["objects"]):
+            words = phrase.split()
+            assert (words[0], words[-2], words[-1]) == (obj["color"], obj["size"], obj["shape"])
+
+
+def test_samples_have_the_vlm_layout(world, lm):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(lm)
+    fmt = build_prompt_format("base", tok)
+    texts = scene_texts(world, questions_per_scene=2)
+    samples = scene_samples(world, tok, fmt, questions_per_scene=2, holdout=4, max_length=128)
+    kept = [t for t in texts if t[0] not in list(object_phrases(world))[-4:]]
+    assert len(samples) == len(kept) == 20 * 4  # caption, prose, 2 questions for each of the 20 kept scenes
+    assert {p for _, p, _ in texts[:4]} >= {"Describe the image.", "Describe the image in detail."}
+    (ids, labels, words), (image, prompt, answer) = samples[0], kept[0]
+    start = fmt.image_position
+    assert start == 1 and ids[0] == tok.bos_token_id
+    assert sorted(words) == list(range(start, start + 64))  # every patch slot, in order
+    assert ids[start:start + 64] == [tok.eos_token_id] * 64 and labels[:start + 64] == [IGNORE_INDEX] * (start + 64)
+    text_ids, text_labels = fmt.build([("human", prompt), ("gpt", answer)])
+    assert ids[start + 64:] == text_ids[start:] and labels[start + 64:] == text_labels[start:]
+    for patch, phrase in object_phrases(world)[image]:
+        expected = [i for w in phrase.split() for i in tok(" " + w, add_special_tokens=False)["input_ids"]]
+        assert words[start + patch] == expected
+    assert sum(bool(w) for w in words.values()) == len(object_phrases(world)[image])  # the rest are empty slots
+
+
+def test_slot_vectors_sum_the_words_and_the_loss_is_transformers_own(world):
+    cfg = scene_cfg(world)
+    torch.manual_seed(0)
+    model = build_lm(cfg)
+    dm = LMPretrainTask().build_datamodule(cfg, cfg.stage.phases.pretrain, model, None, micro_batch_size=4, seed=0)
+    dm.setup("fit")
+    samples = [dm.train_dataset[i] for i in range(4)]
+    batch = collate(samples, model.tokenizer.eos_token_id)
+    embed = model.lm.get_input_embeddings()
+    got = slot_embeddings(embed, batch["input_ids"], batch["slot_mask"], batch["slot_words"])
+    for b, (ids, _, words) in enumerate(samples):
+        expected = embed(torch.tensor(ids)).clone()
+        for pos, token_ids in words.items():
+            expected[pos] = embed(torch.tensor(token_ids)).sum(0) if token_ids else 0.0
+        assert torch.allclose(got[b, :len(ids)], expected, atol=1e-6)
+    reference = model.lm(inputs_embeds=got, attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
+    assert torch.allclose(model.loss(batch), reference)
+    without_slots = model.lm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             labels=batch["labels"]).loss
+    assert not torch.allclose(model.loss(batch), without_slots)  # the slots reach the LM
+
+
+def test_scene_pretraining_runs_and_exports(world, tmp_path):
+    cfg = scene_cfg(world, f"run.root={tmp_path}", "run.name=run", "trainer.max_steps=3",
+                    "stage.phases.pretrain.global_batch_size=4")
+    train(cfg)
+    export = tmp_path / "run" / "export"
+    assert (export / "model.safetensors").is_file() and (export / "tokenizer.json").is_file()
+
+
+def test_a_caption_that_misses_an_object_is_named(world, tmp_path):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(world, broken)
+    records = json.loads((broken / "align.json").read_text())
+    first = records[0]["conversations"][1]["value"]
+    records[0]["conversations"][1]["value"] = first.split(",")[0].split(" and ")[0] + "."  # only the first object
+    (broken / "align.json").write_text(json.dumps(records))
+    if len(json.loads((broken / "scenes.json").read_text())["train"][records[0]["image"]]["objects"]) < 2:
+        pytest.skip("the first scene has one object")
+    with pytest.raises(ValueError, match=r"align\.json.*does not name each object"):
+        object_phrases(broken)
