@@ -24,4 +24,5 @@ def test_rss_parts_see_an_allocation_and_stop_at_exit():
     assert not watcher.is_alive()
     assert peaks["RssAnon"] >= 200  # MB: every page of the bytes was written
     assert 0 < peaks["RssFile"] < peaks["RssAnon"]  # the interpreter's mapped files, well under the allocation
-    assert set(peaks) == {"RssAnon", "RssFile", "RssShmem"}
+    assert peaks["VmHWM"] >= peaks["RssAnon"]  # the peak of the whole RSS
+    assert set(peaks) == {"VmHWM", "RssAnon", "RssFile", "RssShmem"}
