@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--every", type=int, default=250)
     p.add_argument("--holdout", type=int, default=300, help="last N conversations' images held out")
     p.add_argument("--test", type=int, default=1500, help="held-out questions evaluated")
+    p.add_argument("--bos", action="store_true",
+                   help="start each sample with BOS, as the VLM and lm_pretrain.data=scenes do (runs 31-37: without)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save", type=Path, help="write the trained LM and its tokenizer here")
     args = p.parse_args(argv)
@@ -114,6 +116,8 @@ def main(argv: list[str] | None = None) -> None:
             ids = tok(prompt, add_special_tokens=False)["input_ids"]
             ans = tok(answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
             img = image(name)
+            if args.bos:
+                img = torch.cat([embed(torch.tensor([tok.bos_token_id])), img])
             embeds.append(torch.cat([img, embed(torch.tensor(ids + ans))]))
             labels.append([-100] * (len(img) + len(ids)) + ans)
         n = max(map(len, labels))
