@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import random
 import time
 from pathlib import Path
@@ -29,7 +28,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from vlm.pretrain.scene_samples import object_phrases
+from vlm.pretrain.scene_samples import object_phrases, one_word_questions
+from vlm.prompting import strip_image_placeholder
 from vlm.pretrain.world import caption_records, text_lines
 
 KINDS = [("colour", "What color"), ("size", "What size"), ("shape", "What shape"), ("count", "How many"),
@@ -44,15 +44,10 @@ def kind(question: str) -> str:
 
 def samples(world: Path, holdout: int):
     """(train questions, held-out questions, describe targets): each (image, prompt, answer, question)."""
-    records = json.loads((world / "instruct.json").read_text())
-    held = {r["image"] for r in records[-holdout:]}
-    questions = []
-    for rec in records:
-        turns = rec["conversations"]
-        for ask, answer in zip(turns[::2], turns[1::2]):
-            q = ask["value"].replace("<image>\n", "")
-            if "bounding box" not in q and not q.startswith("Describe"):
-                questions.append((rec["image"], f"In: {q}\nOut:", " " + answer["value"], q))
+    asked = one_word_questions(world)
+    held = set(list(asked)[-holdout:])
+    questions = [(image, f"In: {strip_image_placeholder(q)}\nOut:", " " + a, strip_image_placeholder(q))
+                 for image, pairs in asked.items() for q, a in pairs]
     describe = [(image, "In: Describe the image.\nOut:", " " + caption, "caption")
                 for image, caption in caption_records(world) if image not in held]
     return [s for s in questions if s[0] not in held], [s for s in questions if s[0] in held], describe

@@ -49,6 +49,17 @@ def object_phrases(world: Path, grid: tuple[int, int] = (8, 8)) -> dict[str, lis
     return out
 
 
+def one_word_questions(world: Path) -> dict[str, list[tuple[str, str]]]:
+    """instruct.json's (question, answer) turns per image, in file order, without the box and description turns."""
+    questions: dict[str, list[tuple[str, str]]] = {}
+    for record in read_json(world / "instruct.json"):
+        turns = record.get("conversations", [])
+        asked = [(q["value"], a["value"]) for q, a in zip(turns[::2], turns[1::2])
+                 if "bounding box" not in q["value"] and not q["value"].endswith(CAPTION_PROMPT)]
+        questions.setdefault(str(record.get("image")), []).extend(asked)
+    return questions
+
+
 def scene_texts(world: Path, questions_per_scene: int) -> list[tuple[str, str, str]]:
     """(image, prompt, answer) of every training scene: its caption, its prose line and its first
     `questions_per_scene` one-word questions, in scenes.json's order."""
@@ -57,12 +68,7 @@ def scene_texts(world: Path, questions_per_scene: int) -> list[tuple[str, str, s
     if len(prose) != len(names):
         raise ValueError(f"{world / 'lm_text.txt'} has {len(prose)} lines for {len(names)} training scenes; "
                          "delete the world folder so that data/mini_world.py writes it again")
-    questions: dict[str, list[tuple[str, str]]] = {}
-    for k, record in enumerate(read_json(world / "instruct.json")):
-        turns = record.get("conversations", [])
-        asked = [(q["value"], a["value"]) for q, a in zip(turns[::2], turns[1::2])
-                 if "bounding box" not in q["value"] and not q["value"].endswith(CAPTION_PROMPT)]
-        questions.setdefault(str(record.get("image")), []).extend(asked)
+    questions = one_word_questions(world)
     captions = dict(caption_records(world))
     out = []
     for image, line in zip(names, prose):
