@@ -19,6 +19,7 @@ from data.errors import DataError
 from vlm.hub import ComponentLoadError
 from core.cli import exit_on_user_error
 from core.checkpoint import CheckpointError
+from core.module import NoGradientError
 from core.run import RecipeError, RunDirError, train
 from core.run_lock import RunLockedError
 from core.weights import WeightsError
@@ -27,7 +28,8 @@ from core.weights import WeightsError
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> dict:
     with exit_on_user_error(ComponentLoadError, DataError, FileNotFoundError, RecipeError, MissingMandatoryValue,
-                            CheckpointError, RunDirError, RunLockedError, WeightsError, FloatingPointError):
+                            CheckpointError, RunDirError, RunLockedError, WeightsError, FloatingPointError,
+                            NoGradientError):
         return train(cfg)
 
 

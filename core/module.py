@@ -21,7 +21,9 @@ is in every checkpoint.
 micro-batch losses over gradient accumulation and over ranks, i.e. the loss of
 the global batch, the same figure whether it was split over processes or
 accumulated in one. A non-finite global-batch loss stops training with a
-FloatingPointError before the optimizer applies it (never a NaN run that exits 0).
+FloatingPointError before the optimizer applies it (never a NaN run that exits 0). A micro-batch whose loss
+reaches no trainable parameter (text-only samples in a phase that trains only the projector) is a NoGradientError
+naming the phase and the fix, not autograd's "does not require grad".
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ from torch import nn
 from transformers import get_scheduler
 
 from core.sifting import check_strategy
+
+
+class NoGradientError(ValueError):
+    """A micro-batch's loss depends on no trainable parameter: the phase's data and `trainable` do not fit."""
 
 
 class TrainModule(L.LightningModule):
@@ -111,6 +117,11 @@ class TrainModule(L.LightningModule):
             self.skipped_records += int(batch.pop("skipped_records"))
         self.step_batch = batch
         loss = self.compute_loss(batch)
+        if torch.is_grad_enabled() and not loss.requires_grad:
+            raise NoGradientError(
+                f"phase {self.phase_name}: micro-batch {self.consumed_batches} has a loss that no trainable part "
+                f"({self.trainable}) takes part in, e.g. text-only samples while only the projector trains; drop those "
+                "splits from the phase's `data` or add the part they train (e.g. backbone) to its `trainable`")
         self.consumed_batches += 1
         self._step_losses.append(loss.detach())
         if self.consumed_batches % self.trainer.accumulate_grad_batches == 0:  # the step's last micro-batch

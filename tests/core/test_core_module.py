@@ -81,3 +81,23 @@ def test_parameters_a_timm_vit_declares_get_no_decay():
     groups = {g["name"]: g for g in optimizer_groups({"encoder": nn.Sequential(vit)}, phase["trainable"], phase["optim"])}
     assert any(p is vit.pos_embed for p in groups["encoder/no_decay"]["params"])  # 3-D, yet excluded as timm declares
     assert any(p is vit.patch_embed.proj.weight for p in groups["encoder/decay"]["params"])
+
+
+class FirstPartOnly(TwoParts):
+    """A loss through part `a` alone: what text-only samples are to a phase that trains only the projector."""
+
+    def compute_loss(self, batch):
+        return self.model[0](batch).pow(2).mean()
+
+
+def test_a_loss_that_no_trainable_part_takes_part_in_is_a_clear_error():
+    import torch
+
+    from core.module import NoGradientError
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.LayerNorm(4), nn.Linear(4, 2)))
+    module = FirstPartOnly(model, {"name": "align", "trainable": ["b"], "optim": {"lr": 1.0}}, total_steps=10)
+    with pytest.raises(NoGradientError, match=r"phase align: micro-batch 0 .*\['b'\].*drop those splits"):
+        module.training_step(torch.randn(3, 4), 0)
+    trains_a = FirstPartOnly(model, {"name": "align", "trainable": ["a"], "optim": {"lr": 1.0}}, total_steps=10)
+    assert trains_a.compute_loss(torch.randn(3, 4)).requires_grad  # the same loss reaches a trainable part: no error
