@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--world", type=Path, required=True, help="a mini world folder (data/mini_world.py)")
     p.add_argument("--lm", type=Path, required=True, help="a transformers causal LM folder with its tokenizer")
     p.add_argument("--objects", choices=["words", "fresh"], default="words")
-    p.add_argument("--background", choices=["none", "zeros"], default="none")
+    p.add_argument("--background", choices=["none", "zeros", "const"], default="none",
+                   help="const: every slot holds one trained vector (norm --bg-norm), the objects added to it")
+    p.add_argument("--bg-norm", type=float, default=5.7, help="const's starting norm (an untrained MLP projector's output)")
     p.add_argument("--captions", type=float, default=0.5, help="share of each batch given to describe targets")
     p.add_argument("--prose", action="store_true", help="also describe with the scene's lm_text.txt line")
     p.add_argument("--steps", type=int, default=1000)
@@ -92,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     words = sorted({w for rows in objects.values() for _, phrase in rows for w in phrase.split()})
     fresh = nn.Embedding(len(words), width)
     nn.init.normal_(fresh.weight, std=model.config.initializer_range)
+    background = nn.Parameter(torch.randn(width) * args.bg_norm / width ** 0.5)
     word_index = {w: i for i, w in enumerate(words)}
     word_ids = {w: tok(" " + w, add_special_tokens=False)["input_ids"] for w in words}
 
@@ -101,9 +104,8 @@ def main(argv: list[str] | None = None) -> None:
                 else fresh(torch.tensor([word_index[w] for w in phrase.split()])).sum(0) for _, phrase in rows]
         if args.background == "none":
             return torch.stack(vecs)
-        slots = torch.zeros(GRID * GRID, width)
-        slots[[p for p, _ in rows]] = torch.stack(vecs)
-        return slots
+        slots = torch.zeros(GRID * GRID, width) if args.background == "zeros" else background.expand(GRID * GRID, -1)
+        return slots.index_add(0, torch.tensor([p for p, _ in rows]), torch.stack(vecs))
 
     def batch(items):
         embeds, labels = [], []
@@ -142,6 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         return round(sum(right.values()) / len(test), 3), {k: round(right[k] / counts[k], 2) for k in counts}
 
     params = list(model.parameters()) + (list(fresh.parameters()) if args.objects == "fresh" else [])
+    params += [background] if args.background == "const" else []
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50))
     start, n_describe = time.time(), int(args.batch * args.captions)

@@ -18,7 +18,8 @@ def test_held_out_images_are_not_trained_on(world):
     assert {kind(q) for *_, q in train} >= {"count", "exists"}
 
 
-def test_two_steps_train_evaluate_and_save(world, tmp_path, capsys):
+@pytest.mark.parametrize("background", ["zeros", "const"])
+def test_two_steps_train_evaluate_and_save(world, tmp_path, capsys, background):
     from transformers import AutoModelForCausalLM
 
     from vlm.tiny import ensure_tiny
@@ -26,7 +27,7 @@ def test_two_steps_train_evaluate_and_save(world, tmp_path, capsys):
     lm = ensure_tiny("mini_llama_base")
     capsys.readouterr()  # what building the smoke flavour printed
     main(["--world", str(world), "--lm", str(lm), "--steps", "2", "--batch", "4", "--every", "1", "--holdout", "4",
-          "--test", "8", "--prose", "--background", "zeros", "--objects", "fresh", "--bos",
+          "--test", "8", "--prose", "--background", background, "--objects", "fresh", "--bos",
           "--save", str(tmp_path / "lm")])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("prior ") and [line.split()[0] for line in lines[1:]] == ["0", "1", "2"]

@@ -1,7 +1,7 @@
 """`lm_pretrain.data=scenes` (vlm/pretrain/scene_samples.py): the VLM's layout (BOS, 64 patch slots, the text), each
 object's words at the patch under its centre (hand-checked against the scene), slot vectors equal to the sum of
-the LM's own word embeddings, the loss equal to transformers' own on those embeddings, and a 3-step run that trains
-and exports."""
+the LM's own word embeddings, the loss equal to transformers' own on those embeddings, `slot_background`'s one
+random vector per sample in every slot (training only), and a 3-step run that trains and exports."""
 
 from __future__ import annotations
 
@@ -95,6 +95,28 @@ def test_slot_vectors_sum_the_words_and_the_loss_is_transformers_own(world):
     without_slots = model.lm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                              labels=batch["labels"]).loss
     assert not torch.allclose(model.loss(batch), without_slots)  # the slots reach the LM
+
+
+def test_slot_background_adds_one_vector_per_sample_to_every_slot_in_training_only(world):
+    cfg = scene_cfg(world, "lm_pretrain.slot_background=6.0")
+    torch.manual_seed(0)
+    model = build_lm(cfg)
+    dm = LMPretrainTask().build_datamodule(cfg, cfg.stage.phases.pretrain, model, None, micro_batch_size=4, seed=0)
+    dm.setup("fit")
+    batch = collate([dm.train_dataset[i] for i in range(4)], model.tokenizer.eos_token_id)
+    embed = model.lm.get_input_embeddings()
+    plain = slot_embeddings(embed, batch["input_ids"], batch["slot_mask"], batch["slot_words"])
+    model.eval()
+    assert torch.equal(model.inputs(batch)["inputs_embeds"], plain)  # evaluation sees the slots as they are
+    model.train()
+    added = model.inputs(batch)["inputs_embeds"] - plain
+    slots, text = batch["slot_mask"], ~batch["slot_mask"]
+    assert torch.count_nonzero(added[text]) == 0
+    for b in range(4):
+        rows = added[b][slots[b]]
+        assert len(rows) == 64 and torch.allclose(rows, rows[0].expand_as(rows), atol=1e-6)  # the same in every slot
+        assert 0 < float(rows[0].norm()) <= 6.0
+    assert len({round(float(added[b][slots[b]][0].norm()), 4) for b in range(4)}) == 4  # its own norm per sample
 
 
 def test_scene_pretraining_runs_and_exports(world, tmp_path):

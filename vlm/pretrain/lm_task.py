@@ -15,7 +15,8 @@ Data (`lm_pretrain.data`):
   NaN loss, so the 0 keeps such runs going while any real divergence still stops them;
 - `scenes`: the world's captions, prose lines and `lm_pretrain.questions_per_scene` one-word questions per
   training scene, each after the scene's objects given as one vector per patch slot (vlm/pretrain/scene_samples.py;
-  the last `lm_pretrain.holdout` scenes held out), in `lm_pretrain.prompt_format`, loss on the answers.
+  the last `lm_pretrain.holdout` scenes held out), in `lm_pretrain.prompt_format`, loss on the answers; with
+  `lm_pretrain.slot_background` > 0, a random vector per sample is added to every slot in training.
 When training ends, rank 0 writes `save_pretrained` + the tokenizer files to `RUN_DIR/export/`, which
 vlm/backbones.py (`HFBackbone(model_id=RUN_DIR/export)`) loads like a hub model.
 """
@@ -37,17 +38,18 @@ from core.sifting import mean_token_loss_per_row
 from data.atomic import atomic_directory
 from vlm.prompting import IGNORE_INDEX, build_prompt_format
 from vlm.pretrain.encoder_task import EXPORT
-from vlm.pretrain.scene_samples import scene_samples, slot_embeddings, slot_tensors
+from vlm.pretrain.scene_samples import random_backgrounds, scene_samples, slot_embeddings, slot_tensors
 from vlm.pretrain.world import dialogues, text_lines, world_folder
 
 
 class CausalLM(nn.Module):
     """A transformers causal LM with its tokenizer (an attribute, not a module)."""
 
-    def __init__(self, lm: nn.Module, tokenizer):
+    def __init__(self, lm: nn.Module, tokenizer, slot_background: float = 0.0):
         super().__init__()
         self.lm = lm
         self.tokenizer = tokenizer
+        self.slot_background = float(slot_background)  # scenes: the largest random background norm in training
 
     warned_no_targets = False
 
@@ -55,8 +57,10 @@ class CausalLM(nn.Module):
         """The LM's inputs: token ids, or (scene samples) embeddings with the patch slots filled."""
         if "slot_mask" not in batch:
             return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-        embeds = slot_embeddings(self.lm.get_input_embeddings(), batch["input_ids"], batch["slot_mask"],
-                                 batch["slot_words"])
+        embed, ids = self.lm.get_input_embeddings(), batch["input_ids"]
+        background = (random_backgrounds(len(ids), embed.embedding_dim, self.slot_background, ids.device)
+                      if self.training and self.slot_background > 0 else None)
+        embeds = slot_embeddings(embed, ids, batch["slot_mask"], batch["slot_words"], background)
         return {"inputs_embeds": embeds, "attention_mask": batch["attention_mask"]}
 
     def loss(self, batch: dict) -> torch.Tensor:
@@ -77,14 +81,15 @@ def build_lm(cfg: DictConfig) -> CausalLM:
         from vlm.hub import resolve_tiny
 
         source = resolve_tiny(str(block.init), "lm_pretrain.init")
-        return CausalLM(LlamaForCausalLM.from_pretrained(source), AutoTokenizer.from_pretrained(source))
+        return CausalLM(LlamaForCausalLM.from_pretrained(source), AutoTokenizer.from_pretrained(source),
+                        block.get("slot_background", 0.0))
     from vlm.tiny.text import LLAMA_ARGS, llama_tokenizer
 
     world = world_folder(cfg)
     tokenizer = llama_tokenizer(text_lines(world, "lm_text.txt"), vocab_size=int(block.vocab_size))
     config = LlamaConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
                          eos_token_id=tokenizer.eos_token_id, **{**LLAMA_ARGS, **dict(block.get("model") or {})})
-    return CausalLM(LlamaForCausalLM(config), tokenizer)
+    return CausalLM(LlamaForCausalLM(config), tokenizer, block.get("slot_background", 0.0))
 
 
 def packed_blocks(lines: list[str], tokenizer, block_size: int) -> torch.Tensor:

@@ -11,6 +11,8 @@ arrives with, which a VLM cell then only has to point its projector at (docs/rep
 
 A sample is `(input_ids, labels, slot_words)`: `slot_words` maps each slot's position in `input_ids` (its token is
 the EOS id, replaced by the slot's vector) to the token ids whose embeddings are summed there (none: zeros).
+With `lm_pretrain.slot_background` > 0, training adds one random vector per sample (norm uniform in
+[0, slot_background]) to all its slots: a VLM's projector fills every patch, not only the objects' ones.
 """
 
 from __future__ import annotations
@@ -119,9 +121,20 @@ def slot_tensors(samples, width: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def slot_embeddings(embed: torch.nn.Embedding, input_ids: torch.Tensor, slot_positions: torch.Tensor,
-                    slot_words: torch.Tensor) -> torch.Tensor:
+                    slot_words: torch.Tensor, background: torch.Tensor | None = None) -> torch.Tensor:
     """The input embeddings of `input_ids` with every slot position (`slot_positions`, (B, L) bool: all the patch
-    slots) replaced by the sum of the embeddings of its words (`slot_words`, -1 padded; no words: zeros)."""
+    slots) replaced by the sum of the embeddings of its words (`slot_words`, -1 padded; no words: zeros), plus the
+    row's `background` vector ((B, width); None: none) in every slot."""
     words = slot_words.clamp(min=0)
     summed = (embed(words) * (slot_words >= 0)[..., None]).sum(-2)
+    if background is not None:
+        summed = summed + background[:, None, :]
     return torch.where(slot_positions[..., None], summed, embed(input_ids))
+
+
+def random_backgrounds(rows: int, width: int, max_norm: float, device=None) -> torch.Tensor:
+    """(rows, width) vectors in random directions with norms drawn uniformly from [0, max_norm]: one background per
+    sample, what an untrained projector puts in every patch (an MLP projector's output norm is ~6 on the study's
+    encoders, the LM's word embeddings ~1), so that the lookup learned here survives it (docs/reproduction.md)."""
+    direction = torch.nn.functional.normalize(torch.randn(rows, width, device=device), dim=-1)
+    return direction * torch.rand(rows, 1, device=device) * max_norm
