@@ -12,7 +12,8 @@ default tiny model (`stage=single_stage`: the backbone's prompt format). Steps:
   start to the end of its first optimizer step (the `step: 1/` progress line the run prints; the whole run's wall time
   is printed too) and its peak RSS (the kernel's VmHWM of the child, read from /proc/PID/status every 50 ms; the
   child's `ru_maxrss` is printed too, but it counts this process's pages shared before the exec), with the peaks of
-  its anonymous, file-backed and shared parts.
+  its anonymous, file-backed and shared parts, and `rss_timeline` (every 0.5 s: seconds, VmRSS, anonymous,
+  file-backed MB and the run's newest output line), which shows the RSS before the first step and the step's own.
 Prints one line per step and a JSON summary (also written to OUT/bench_data.json).
 """
 
@@ -71,20 +72,30 @@ def bench_ray(model, src, workers: int, cache: Path) -> dict:
     return {"seconds": round(time.perf_counter() - start, 1), "samples": sum(len(p) for p in parts)}
 
 
-def _watch_rss_parts(pid: int, peaks: dict, stop: threading.Event, every: float = 0.05) -> None:
+def _watch_rss_parts(pid: int, peaks: dict, stop: threading.Event, every: float = 0.05,
+                     timeline: list | None = None, last_line: list | None = None, timeline_every: float = 0.5) -> None:
     """Keep in `peaks` the largest VmHWM / RssAnon / RssFile / RssShmem (MB) that /proc/PID/status showed while it
     ran. VmHWM is the kernel's peak RSS of the program since its exec; anonymous memory is what the process itself
     holds (heap, tensors); file-backed pages are the mapped libraries and memory-mapped shards, which the page cache
-    shares with every other process mapping the same files."""
+    shares with every other process mapping the same files. With `timeline`, every `timeline_every` s it appends
+    [seconds, VmRSS, RssAnon, RssFile, the process's newest output line (`last_line[0]`)]: where the peak comes from."""
+    start, next_mark = time.perf_counter(), 0.0
     while not stop.is_set():
         try:
             text = Path(f"/proc/{pid}/status").read_text()
         except OSError:  # the process has exited
             return
+        now = {}
         for line in text.splitlines():
             key, _, value = line.partition(":")
-            if key in ("VmHWM", "RssAnon", "RssFile", "RssShmem"):
-                peaks[key] = max(peaks.get(key, 0), round(int(value.split()[0]) / 1024))
+            if key in ("VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem"):
+                now[key] = round(int(value.split()[0]) / 1024)
+                if key != "VmRSS":
+                    peaks[key] = max(peaks.get(key, 0), now[key])
+        if timeline is not None and (t := time.perf_counter() - start) >= next_mark:
+            timeline.append([round(t, 1), now.get("VmRSS"), now.get("RssAnon"), now.get("RssFile"),
+                             (last_line or [""])[0][:80]])
+            next_mark += timeline_every
         stop.wait(every)
 
 
@@ -97,12 +108,14 @@ def bench_train(root: Path, cache: Path, out: Path) -> dict:
     start = time.perf_counter()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    rss_parts, stop = {}, threading.Event()
-    watcher = threading.Thread(target=_watch_rss_parts, args=(proc.pid, rss_parts, stop), daemon=True)
+    rss_parts, stop, timeline, last_line = {}, threading.Event(), [], [""]
+    watcher = threading.Thread(target=_watch_rss_parts, args=(proc.pid, rss_parts, stop, 0.05, timeline, last_line),
+                               daemon=True)
     watcher.start()
     first_step, reused, lines = None, False, []
     for line in proc.stdout:
         lines.append(line)
+        last_line[0] = line.strip()
         reused = reused or "reusing prepared cache" in line
         if line.startswith("data {"):  # the data module's line: how many samples the run holds
             print(line.rstrip(), flush=True)
@@ -121,7 +134,8 @@ def bench_train(root: Path, cache: Path, out: Path) -> dict:
     peak = rss_parts.pop("VmHWM", None)
     return {"wall_seconds": round(wall, 1), "first_step_seconds": round(first_step, 1) if first_step else None,
             "peak_rss_mb": peak, "ru_maxrss_mb": round(usage.ru_maxrss / 1024),
-            "peak_rss_parts_mb": {k.removeprefix("Rss").lower(): v for k, v in rss_parts.items()}, "reused_cache": reused}
+            "peak_rss_parts_mb": {k.removeprefix("Rss").lower(): v for k, v in rss_parts.items()}, "reused_cache": reused,
+            "rss_timeline": timeline}
 
 
 def main(argv: list[str] | None = None) -> None:
