@@ -25,7 +25,7 @@ from core.conf import group_option, group_options
 from data.atomic import atomic_directory, write_json
 from data.cache import cache_root
 
-VERSION = 5
+VERSION = 6
 
 
 def flavours() -> list[str]:
