@@ -14,7 +14,8 @@ answer (exact match of every answer token and the end of the answer, greedy at e
 `--objects words`: an object is the sum of the LM's own input embeddings of its caption words ("red", "top", "left",
 "large", "circle"), so the lookup is keyed on the LM's vocabulary; `fresh`: the sum of new, trained vectors, one
 per attribute value (what a projector would have to learn). `--background zeros` puts the objects among 64 patch
-slots (zeros elsewhere), `none` gives the objects alone. One thread; prints one line per evaluation.
+slots (zeros elsewhere), `const` adds one trained vector to all 64 (an untrained projector fills every patch),
+`none` gives the objects alone. `--lm-lr 0` freezes the LM. One thread; prints one line per evaluation.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lm-lr", type=float, help="the language model's lr (default --lr; 0 freezes it: only the "
+                   "fresh vectors and the background train)")
     p.add_argument("--every", type=int, default=250)
     p.add_argument("--holdout", type=int, default=300, help="last N conversations' images held out")
     p.add_argument("--test", type=int, default=1500, help="held-out questions evaluated")
@@ -143,9 +146,13 @@ def main(argv: list[str] | None = None) -> None:
         model.train()
         return round(sum(right.values()) / len(test), 3), {k: round(right[k] / counts[k], 2) for k in counts}
 
-    params = list(model.parameters()) + (list(fresh.parameters()) if args.objects == "fresh" else [])
-    params += [background] if args.background == "const" else []
-    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
+    lm_lr = args.lr if args.lm_lr is None else args.lm_lr
+    inputs = (list(fresh.parameters()) if args.objects == "fresh" else []) + ([background] if args.background == "const" else [])
+    params = inputs + (list(model.parameters()) if lm_lr > 0 else [])
+    if lm_lr == 0:
+        model.requires_grad_(False)
+    groups = [{"params": inputs, "lr": args.lr}] + ([{"params": list(model.parameters()), "lr": lm_lr}] if lm_lr > 0 else [])
+    opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=args.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50))
     start, n_describe = time.time(), int(args.batch * args.captions)
     for step in range(args.steps + 1):
