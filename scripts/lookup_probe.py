@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     words = sorted({w for rows in objects.values() for _, phrase in rows for w in phrase.split()})
     fresh = nn.Embedding(len(words), width)
     nn.init.normal_(fresh.weight, std=model.config.initializer_range)
-    background = nn.Parameter(torch.randn(width) * args.bg_norm / width ** 0.5)
+    background = nn.Parameter(torch.randn(width) * args.bg_norm / width ** 0.5) if args.background == "const" else None
     word_index = {w: i for i, w in enumerate(words)}
     word_ids = {w: tok(" " + w, add_special_tokens=False)["input_ids"] for w in words}
 
@@ -147,12 +147,14 @@ def main(argv: list[str] | None = None) -> None:
         return round(sum(right.values()) / len(test), 3), {k: round(right[k] / counts[k], 2) for k in counts}
 
     lm_lr = args.lr if args.lm_lr is None else args.lm_lr
-    inputs = (list(fresh.parameters()) if args.objects == "fresh" else []) + ([background] if args.background == "const" else [])
-    params = inputs + (list(model.parameters()) if lm_lr > 0 else [])
-    if lm_lr == 0:
-        model.requires_grad_(False)
-    groups = [{"params": inputs, "lr": args.lr}] + ([{"params": list(model.parameters()), "lr": lm_lr}] if lm_lr > 0 else [])
-    opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=args.lr, weight_decay=0.0)
+    inputs = (list(fresh.parameters()) if args.objects == "fresh" else []) + ([background] if background is not None else [])
+    model.requires_grad_(lm_lr > 0)
+    groups = [g for g in ({"params": inputs, "lr": args.lr},
+                          {"params": list(model.parameters()) if lm_lr > 0 else [], "lr": lm_lr}) if g["params"]]
+    params = [p for g in groups for p in g["params"]]
+    if not groups:
+        raise SystemExit("error: --lm-lr 0 with --objects words and no const background leaves nothing to train")
+    opt = torch.optim.AdamW(groups, lr=args.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50))
     start, n_describe = time.time(), int(args.batch * args.captions)
     for step in range(args.steps + 1):
