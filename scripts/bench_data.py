@@ -92,6 +92,8 @@ def _watch_rss_parts(pid: int, peaks: dict, stop: threading.Event, every: float 
                 now[key] = round(int(value.split()[0]) / 1024)
                 if key != "VmRSS":
                     peaks[key] = max(peaks.get(key, 0), now[key])
+        if "VmRSS" not in now:  # a zombie (exited, not yet reaped) has no memory lines
+            return
         if timeline is not None and (t := time.perf_counter() - start) >= next_mark:
             timeline.append([round(t, 1), now.get("VmRSS"), now.get("RssAnon"), now.get("RssFile"),
                              (last_line or [""])[0][:80]])

@@ -43,3 +43,22 @@ def test_rss_timeline_shows_the_allocation_after_the_line_before_it():
     seconds, rss = [row[0] for row in timeline], [row[1] for row in timeline]
     assert seconds == sorted(seconds) and max(rss) - min(rss) >= 190  # MB: the allocation shows up in the timeline
     assert timeline[-1][4] == "before" and max(rss) == max(r[1] for r in timeline if r[4] == "before")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/status is Linux's")
+def test_watcher_returns_on_a_zombie_without_empty_rows():
+    # an exited child that nobody has reaped yet still has /proc/PID/status, with no memory lines
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    status = f"/proc/{child.pid}/status"
+    deadline = time.monotonic() + 30
+    while "State:\tZ" not in open(status).read():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    peaks, stop, timeline = {}, threading.Event(), []
+    watcher = threading.Thread(target=_watch_rss_parts, args=(child.pid, peaks, stop, 0.01, timeline, [""], 0.0))
+    watcher.start()
+    watcher.join(timeout=5)
+    alive = watcher.is_alive()
+    stop.set()
+    child.wait()
+    assert not alive and timeline == [] and peaks == {}
