@@ -13,7 +13,8 @@ answer (exact match of every answer token and the end of the answer, greedy at e
 
 `--objects words`: an object is the sum of the LM's own input embeddings of its caption words ("red", "top", "left",
 "large", "circle"), so the lookup is keyed on the LM's vocabulary; `fresh`: the sum of new, trained vectors, one
-per attribute value (what a projector would have to learn). `--background zeros` puts the objects among 64 patch
+per attribute value (what a projector would have to learn); `projector`: a real projector (`--projector`) over
+the frozen letterboxed patch features of `--encoder`, in all 64 slots, as in a cell. `--background zeros` puts the objects among 64 patch
 slots (zeros elsewhere), `const` adds one trained vector to all 64 (an untrained projector fills every patch),
 `none` gives the objects alone. `--lm-lr 0` freezes the LM. One thread; prints one line per evaluation.
 """
@@ -54,11 +55,54 @@ def samples(world: Path, holdout: int):
     return [s for s in questions if s[0] not in held], [s for s in questions if s[0] in held], describe
 
 
+def projector_and_features(args, objects: dict, fit_on: set, embed: nn.Embedding, word_ids: dict):
+    """(a new vlm.projectors module, {image: frozen letterboxed patch features}) for `--objects projector`."""
+    from vlm import projectors
+    from vlm.encoders import TimmEncoder
+    from vlm.pretrain.quality import patch_features
+
+    encoder = TimmEncoder(model_id=args.encoder, image_strategy="letterbox")
+    if encoder.grid_size != (GRID, GRID):
+        raise SystemExit(f"error: --encoder {args.encoder} has a {encoder.grid_size} patch grid; the probe's object "
+                         f"slots are the {GRID}x{GRID} grid of the study's 64-px letterbox")
+    names = list(objects)
+    with torch.no_grad():
+        stacked = torch.from_numpy(patch_features(encoder, args.world, names))  # (images, patches, dv)
+        if args.feature_norm == "standard":
+            rows = stacked[[i for i, name in enumerate(names) if name in fit_on]].flatten(0, 1)
+            stacked = (stacked - rows.mean(0)) / rows.std(0)
+        features = dict(zip(names, stacked))
+    projector = getattr(projectors, args.projector)(encoder.embed_dim, embed.embedding_dim)
+    if args.projector_init == "lstsq":
+        if args.projector != "linear":
+            raise SystemExit("error: --projector-init lstsq fits a linear map; add --projector linear")
+        x, y = [], []
+        with torch.no_grad():
+            for name in names:
+                for patch, phrase in objects[name] if name in fit_on else []:  # the training images' objects
+                    x.append(features[name][patch])
+                    y.append(embed(torch.tensor([i for w in phrase.split() for i in word_ids[w]])).sum(0))
+            x = torch.cat([torch.stack(x), torch.ones(len(x), 1)], 1)
+            solution = torch.linalg.lstsq(x, torch.stack(y), driver="gelsd").solution  # (dv + 1, d)
+            projector.weight.copy_(solution[:-1].T)
+            projector.bias.copy_(solution[-1])
+    return projector, features
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world", type=Path, required=True, help="a mini world folder (data/mini_world.py)")
     p.add_argument("--lm", type=Path, required=True, help="a transformers causal LM folder with its tokenizer")
-    p.add_argument("--objects", choices=["words", "fresh"], default="words")
+    p.add_argument("--objects", choices=["words", "fresh", "projector"], default="words")
+    p.add_argument("--encoder", default="tiny:mini_clip",
+                   help="projector: the frozen encoder (letterbox) whose patch features the projector maps")
+    p.add_argument("--projector", choices=["linear", "mlp"], default="mlp", help="projector: vlm.projectors' module")
+    p.add_argument("--feature-norm", choices=["none", "standard"], default="none",
+                   help="projector: the patch features as they are, or standardised per dimension with the training "
+                   "images' patches' mean and std")
+    p.add_argument("--projector-init", choices=["default", "lstsq"], default="default",
+                   help="lstsq: a linear projector fitted by least squares to the LM's word vectors at the training "
+                   "scenes' object patches (what it could give the LM; run 59)")
     p.add_argument("--background", choices=["none", "zeros", "const"], default="none",
                    help="const: every slot holds one trained vector (norm --bg-norm), the objects added to it")
     p.add_argument("--bg-norm", type=float, default=5.7, help="const's starting norm (an untrained MLP projector's output)")
@@ -100,8 +144,15 @@ def main(argv: list[str] | None = None) -> None:
     background = nn.Parameter(torch.randn(width) * args.bg_norm / width ** 0.5) if args.background == "const" else None
     word_index = {w: i for i, w in enumerate(words)}
     word_ids = {w: tok(" " + w, add_special_tokens=False)["input_ids"] for w in words}
+    projector, features = None, {}
+    if args.objects == "projector":
+        if args.background != "none":
+            raise SystemExit("error: --objects projector fills all 64 slots itself; leave --background at none")
+        projector, features = projector_and_features(args, objects, {s[0] for s in train}, embed, word_ids)
 
     def image(name: str) -> torch.Tensor:
+        if projector is not None:
+            return projector(features[name])
         rows = sorted(objects[name])
         vecs = [embed(torch.tensor([i for w in phrase.split() for i in word_ids[w]])).sum(0) if args.objects == "words"
                 else fresh(torch.tensor([word_index[w] for w in phrase.split()])).sum(0) for _, phrase in rows]
@@ -147,7 +198,8 @@ def main(argv: list[str] | None = None) -> None:
         return round(sum(right.values()) / len(test), 3), {k: round(right[k] / counts[k], 2) for k in counts}
 
     lm_lr = args.lr if args.lm_lr is None else args.lm_lr
-    inputs = (list(fresh.parameters()) if args.objects == "fresh" else []) + ([background] if background is not None else [])
+    inputs = ({"fresh": list(fresh.parameters()), "projector": list(projector.parameters()) if projector else []}
+              .get(args.objects, []) + ([background] if background is not None else []))
     model.requires_grad_(lm_lr > 0)
     groups = [g for g in ({"params": inputs, "lr": args.lr},
                           {"params": list(model.parameters()) if lm_lr > 0 else [], "lr": lm_lr}) if g["params"]]

@@ -49,3 +49,53 @@ def test_lm_lr_zero_trains_only_the_new_vectors(world, tmp_path, capsys):
     frozen = AutoModelForCausalLM.from_pretrained(tmp_path / "lm")
     base = AutoModelForCausalLM.from_pretrained(lm)
     assert all(torch.equal(a, b) for a, b in zip(frozen.state_dict().values(), base.state_dict().values()))
+
+
+def test_lstsq_projector_solves_the_normal_equations_at_the_training_objects(world):
+    # --projector-init lstsq: the linear projector is the least-squares map from the frozen patch features of the
+    # training images' object patches to the LM's word vectors there, so the squared error's gradient is zero
+    import argparse
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from scripts.lookup_probe import projector_and_features
+    from vlm.pretrain.scene_samples import object_phrases
+    from vlm.tiny import ensure_tiny
+
+    lm = ensure_tiny("mini_llama_base")
+    tok, embed = AutoTokenizer.from_pretrained(lm), AutoModelForCausalLM.from_pretrained(lm).get_input_embeddings()
+    objects = object_phrases(world)
+    words = {w for rows in objects.values() for _, phrase in rows for w in phrase.split()}
+    word_ids = {w: tok(" " + w, add_special_tokens=False)["input_ids"] for w in words}
+    fit_on = set(list(objects)[:-4])
+    args = argparse.Namespace(encoder="tiny:mini_clip", world=world, projector="linear", projector_init="lstsq",
+                              feature_norm="none")
+    projector, features = projector_and_features(args, objects, fit_on, embed, word_ids)
+    assert set(features) == set(objects) and features[next(iter(objects))].shape[0] == 64
+    with torch.no_grad():
+        x = torch.stack([features[n][p] for n in fit_on for p, _ in objects[n]])
+        y = torch.stack([embed(torch.tensor([i for w in ph.split() for i in word_ids[w]])).sum(0)
+                         for n in fit_on for _, ph in objects[n]])
+        residual = projector(x) - y
+        gradient = torch.cat([x, torch.ones(len(x), 1)], 1).T @ residual  # d(squared error)/d(weight, bias) / 2
+    assert float(residual.pow(2).sum()) < 0.9 * float((y - y.mean(0)).pow(2).sum())  # it explains the targets
+    assert float(gradient.abs().max()) < 1e-3 * float((x.abs().sum(0).max() + len(x)) * y.abs().max())
+
+
+def test_projector_objects_train_only_the_projector_when_the_lm_is_frozen(world, tmp_path, capsys):
+    from transformers import AutoModelForCausalLM
+
+    from vlm.tiny import ensure_tiny
+
+    lm = ensure_tiny("mini_llama_base")
+    main(["--world", str(world), "--lm", str(lm), "--steps", "2", "--batch", "4", "--every", "2", "--holdout", "4",
+          "--test", "8", "--objects", "projector", "--projector", "mlp", "--bos", "--lr", "1e-2", "--lm-lr", "0",
+          "--save", str(tmp_path / "lm")])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines if not line.startswith("prior")][-2:] == ["0", "2"]
+    frozen = AutoModelForCausalLM.from_pretrained(tmp_path / "lm")
+    base = AutoModelForCausalLM.from_pretrained(lm)
+    assert all(torch.equal(a, b) for a, b in zip(frozen.state_dict().values(), base.state_dict().values()))
+    with pytest.raises(SystemExit, match="leave --background at none"):
+        main(["--world", str(world), "--lm", str(lm), "--steps", "0", "--holdout", "4", "--objects", "projector",
+              "--background", "const"])
