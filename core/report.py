@@ -16,14 +16,27 @@ from pathlib import Path
 from core.conf import group_option, group_options
 from data.atomic import read_json
 
+def _inherited(group: str, node, key: str):
+    """`key` of a group option, else of the options of the same group its defaults list names (later ones first,
+    as Hydra lets a later default override an earlier one): mini_pope.yaml takes pope.yaml's `main_metric`."""
+    if node.get(key) is not None:
+        return node.get(key)
+    for entry in reversed(list(node.get("defaults") or [])):
+        if isinstance(entry, str) and entry != "_self_" and not entry.startswith("/"):
+            value = _inherited(group, group_option(group, entry), key)
+            if value is not None:
+                return value
+    return None
+
+
 @cache
 def main_metric(benchmark: str) -> str:
-    """The `main_metric` of the benchmark config named `benchmark` (file stem or its `name`); "accuracy" if it names
-    none or there is no such config."""
+    """The `main_metric` of the benchmark config named `benchmark` (file stem or its `name`, its own or the one of
+    the benchmark config it builds on); "accuracy" if it names none or there is no such config."""
     for option in group_options("benchmark"):
         node = group_option("benchmark", option)
         if benchmark in (option, node.get("name")):
-            return str(node.get("main_metric") or "accuracy")
+            return str(_inherited("benchmark", node, "main_metric") or "accuracy")
     return "accuracy"
 
 

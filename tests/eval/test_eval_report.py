@@ -62,3 +62,14 @@ def test_report_skips_what_is_not_a_run(tmp_path, capsys):
     assert report.main([str(a), str(tmp_path / "notes.txt"), "--out", str(tmp_path / "o")]) == 0
     captured = capsys.readouterr()
     assert "notes.txt" in captured.err and "| vqav2 (accuracy) | 50.00 |" in captured.out
+
+
+def test_main_metric_is_inherited_from_the_benchmark_config_an_option_builds_on():
+    # conf/benchmark/mini_pope.yaml sets no main_metric; its defaults name pope.yaml, whose main metric is F1
+    from omegaconf import OmegaConf
+
+    own = OmegaConf.load(REPO / "conf" / "benchmark" / "mini_pope.yaml")
+    assert own.get("main_metric") is None and "pope" in own.defaults
+    assert report_core.main_metric("mini_pope") == "f1" == report_core.main_metric("pope")
+    assert report_core.main_metric("mini_vqav2") == "accuracy"
+    assert report_core.main_metric("no_such_benchmark") == "accuracy"
