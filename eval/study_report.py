@@ -23,7 +23,7 @@ from eval.intervals import bootstrap_interval, paired_difference
 REPLICATES = 2000
 # Prismatic's axes, each a list of (cell, label): the base cell's label says its value on that axis.
 AXES = {
-    "recipe": ("Optimisation procedure", [("base", "single-stage"), ("two_stage", "two-stage (align first)")]),
+    "recipe": ("Optimisation procedure", [("base", "two-stage (align first)"), ("single_stage", "single-stage")]),
     "encoder_training": ("Frozen vs finetuned encoder", [("base", "frozen"), ("finetune_encoder", "finetuned")]),
     "encoder_objective": ("Visual representation", [("base", "CLIP"), ("enc_siglip", "SigLIP"),
                                                       ("enc_supervised", "supervised"), ("enc_mae", "MAE"),

@@ -28,25 +28,26 @@ from tests.eval.fixtures import FIXTURES, Oracle
 BENCHMARKS = ["mini_vqav2", "mini_gqa", "mini_tallyqa", "mini_vsr", "mini_pope", "mini_refcoco", "mini_textvqa"]
 # cell: (encoder, backbone, stage, image strategy, finetune epochs) -- the brief's table, written out by hand
 CELLS = {
-    "base": ("mini_clip", "mini_llama", "mini_single_stage", "letterbox", 1),
-    "two_stage": ("mini_clip", "mini_llama", "mini_two_stage", "letterbox", 1),
+    "base": ("mini_clip", "mini_llama", "mini_two_stage", "letterbox", 1),
+    "single_stage": ("mini_clip", "mini_llama", "mini_single_stage", "letterbox", 1),
     "finetune_encoder": ("mini_clip", "mini_llama", "mini_full_finetune", "letterbox", 1),
-    "enc_siglip": ("mini_siglip", "mini_llama", "mini_single_stage", "letterbox", 1),
-    "enc_supervised": ("mini_supervised", "mini_llama", "mini_single_stage", "letterbox", 1),
-    "enc_mae": ("mini_mae", "mini_llama", "mini_single_stage", "letterbox", 1),
-    "enc_fused": ("mini_mae_siglip", "mini_llama", "mini_single_stage", "letterbox", 1),
-    "resize_naive": ("mini_clip", "mini_llama", "mini_single_stage", "resize-naive", 1),
-    "resize_crop": ("mini_clip", "mini_llama", "mini_single_stage", "resize-crop", 1),
-    "instruct_lm": ("mini_clip", "mini_llama_instruct", "mini_single_stage", "letterbox", 1),
-    "epochs_2": ("mini_clip", "mini_llama", "mini_single_stage", "letterbox", 2),
-    "res_96": ("mini_clip_96", "mini_llama", "mini_single_stage", "letterbox", 1),
+    "enc_siglip": ("mini_siglip", "mini_llama", "mini_two_stage", "letterbox", 1),
+    "enc_supervised": ("mini_supervised", "mini_llama", "mini_two_stage", "letterbox", 1),
+    "enc_mae": ("mini_mae", "mini_llama", "mini_two_stage", "letterbox", 1),
+    "enc_fused": ("mini_mae_siglip", "mini_llama", "mini_two_stage", "letterbox", 1),
+    "resize_naive": ("mini_clip", "mini_llama", "mini_two_stage", "resize-naive", 1),
+    "resize_crop": ("mini_clip", "mini_llama", "mini_two_stage", "resize-crop", 1),
+    "instruct_lm": ("mini_clip", "mini_llama_instruct", "mini_two_stage", "letterbox", 1),
+    "epochs_2": ("mini_clip", "mini_llama", "mini_two_stage", "letterbox", 2),
+    "res_96": ("mini_clip_96", "mini_llama", "mini_two_stage", "letterbox", 1),
 }
 # The smallest settings: the real cell with its mini components in smoke mode (REFRACT_TINY_SMOKE, tests/conftest.py:
 # a few pretraining steps on a small world), a 40-scene world, 2 steps, and 8 questions of one benchmark analog.
 SMALL_WORLD = ["n_train=40", "n_test=12", "n_per_benchmark=8"]
 HOOK = [*(f"data.generator.{k}" for k in SMALL_WORLD), "eval.benchmarks=[mini_vqav2]", "eval.limit=8",
         "eval.overrides={mini_vqav2:[" + ",".join(f"'benchmark.generator.{k}'" for k in SMALL_WORLD) + "]}",
-        "trainer.max_steps=2", "logger=csv", "stage.phases.finetune.global_batch_size=4"]
+        "trainer.max_steps=2", "logger=csv", "stage.phases.align.global_batch_size=4",
+        "stage.phases.finetune.global_batch_size=4"]
 
 
 def test_list_prints_the_cells(capsys):
@@ -69,9 +70,11 @@ def test_every_cell_composes_and_names_the_contract_components(cell):
     assert list(cfg.eval.benchmarks) == BENCHMARKS and cfg.trainer.threads == 1
     assert cfg.stage.name == stage and cfg.encoder.image_strategy == strategy and cfg.projector.name == "mlp"
     phases = list(cfg.stage.phases.values())
-    assert [p.name for p in phases] == (["align", "finetune"] if cell == "two_stage" else
-                                        ["full_finetune"] if cell == "finetune_encoder" else ["finetune"])
-    assert phases[-1].epochs == epochs and all(p.global_batch_size == 16 for p in phases)
+    assert [p.name for p in phases] == (["finetune"] if cell == "single_stage" else
+                                        ["align", "full_finetune"] if cell == "finetune_encoder" else ["align", "finetune"])
+    assert phases[-1].epochs == epochs and all(p.global_batch_size == 32 for p in phases)
+    assert all(p.trainable == ["projector"] for p in phases if p.name == "align")  # the LM frozen while it aligns
+    assert cfg.data.max_turns == 1 and cfg.data.group_by_length
     assert ("encoder" in phases[-1].trainable) == (cell == "finetune_encoder")
     assert (cfg.encoder.name, cfg.backbone.name, cfg.data.name) == (encoder, backbone, "mini_world")
 
