@@ -16,6 +16,7 @@ from pathlib import Path
 from core.conf import group_option, group_options
 from data.atomic import read_json
 
+
 def _inherited(group: str, node, key: str):
     """`key` of a group option, else of the options of the same group its defaults list names (later ones first,
     as Hydra lets a later default override an earlier one): mini_pope.yaml takes pope.yaml's `main_metric`."""

@@ -14,9 +14,10 @@ answer (exact match of every answer token and the end of the answer, greedy at e
 `--objects words`: an object is the sum of the LM's own input embeddings of its caption words ("red", "top", "left",
 "large", "circle"), so the lookup is keyed on the LM's vocabulary; `fresh`: the sum of new, trained vectors, one
 per attribute value (what a projector would have to learn); `projector`: a real projector (`--projector`) over
-the frozen letterboxed patch features of `--encoder`, in all 64 slots, as in a cell. `--background zeros` puts the objects among 64 patch
-slots (zeros elsewhere), `const` adds one trained vector to all 64 (an untrained projector fills every patch),
-`none` gives the objects alone. `--lm-lr 0` freezes the LM. One thread; prints one line per evaluation.
+the frozen letterboxed patch features of `--encoder`, in all 64 slots, as in a cell. `--background zeros` puts the
+objects among 64 patch slots (zeros elsewhere), `const` adds one trained vector to all 64 (an untrained projector
+fills every patch), `none` gives the objects alone. `--lm-lr 0` freezes the LM. One thread; prints one line per
+evaluation.
 """
 
 from __future__ import annotations

@@ -70,8 +70,8 @@ def test_every_cell_composes_and_names_the_contract_components(cell):
     assert list(cfg.eval.benchmarks) == BENCHMARKS and cfg.trainer.threads == 1
     assert cfg.stage.name == stage and cfg.encoder.image_strategy == strategy and cfg.projector.name == "mlp"
     phases = list(cfg.stage.phases.values())
-    assert [p.name for p in phases] == (["finetune"] if cell == "single_stage" else
-                                        ["align", "full_finetune"] if cell == "finetune_encoder" else ["align", "finetune"])
+    last = "full_finetune" if cell == "finetune_encoder" else "finetune"
+    assert [p.name for p in phases] == (["finetune"] if cell == "single_stage" else ["align", last])
     assert phases[-1].epochs == epochs and all(p.global_batch_size == 32 for p in phases)
     assert all(p.trainable == ["projector"] for p in phases if p.name == "align")  # the LM frozen while it aligns
     assert cfg.data.max_turns == 1 and cfg.data.group_by_length
