@@ -7,7 +7,8 @@
 - `write_report(out, results, figures)`: the summary, `tables.md` (one table per axis of the study: each
   cell's mean [interval] per benchmark, the difference from base, the blind prior where
   `out/prior.json` gives it) and one PNG per axis under `figures` (bars with the intervals as error bars,
-  the prior as a black mark), which docs/reproduction.md shows.
+  the prior as a black mark), which docs/reproduction.md shows, and `findings.md` / `findings.json`: each of
+  Prismatic's findings with its paired intervals and verdict, and the calibration (eval/study_findings.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from data.atomic import atomic_file, read_json
 from eval.intervals import bootstrap_interval, paired_difference
+from eval.study_findings import calibration, findings, findings_markdown
 
 REPLICATES = 2000
 # Prismatic's axes, each a list of (cell, label): the base cell's label says its value on that axis.
@@ -108,7 +110,7 @@ def prior_of(out: Path) -> dict[str, float]:
 
 
 def write_report(out: Path, results: list[dict], figures: Path) -> None:
-    """The summary, `tables.md` (one section per axis) and one plot per axis under `figures`."""
+    """The summary, `tables.md` (one section per axis), one plot per axis under `figures`, and the findings."""
     rows = write_summary(out, results)
     prior = prior_of(out)
     table = {(r["cell"], r["benchmark"]): r for r in rows}
@@ -138,6 +140,9 @@ def write_report(out: Path, results: list[dict], figures: Path) -> None:
         axis_chart(title, present, benches, metric, table, prior, figures / f"{key}.png")
     _write(out / "tables.md", "\n".join(text))
     _write(out / "summary.json", json.dumps(rows, indent=1))
+    found, calib = findings(_by_cell(results), rows, prior), calibration(rows, prior)
+    _write(out / "findings.md", findings_markdown(found, calib))
+    _write(out / "findings.json", json.dumps({"findings": found, "calibration": calib}, indent=1))
 
 
 def axis_chart(title: str, cells: list[tuple[str, str]], benches: list[str], metric: dict, table: dict,

@@ -235,4 +235,7 @@ def test_report_writes_the_axis_tables_and_plots(one_cell, tmp_path):
     assert "## Image preprocessing" in tables and "## Training duration" not in tables  # axes with a variant only
     assert "| resize-crop − base | +0.0 [+0.0, +0.0] |" in tables and "| blind prior | 12.5 |" in tables
     assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == ["preprocessing.png"]
+    found = (study / "findings.md").read_text()  # the one finding whose two cells ran, identical: inconclusive
+    assert "| Resize-and-crop hurts (against letterbox) | `resize_crop` − `base` | 1 | +0.0 [+0.0, +0.0]" in found
+    assert "Two epochs" not in found and "**inconclusive**" in found
     assert (study / "results.csv").read_text().count("\nresize_crop,0,mini_vqav2,") == len(base["metrics"])
