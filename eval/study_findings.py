@@ -115,8 +115,9 @@ def findings_markdown(found: list[dict], calib: list[dict]) -> str:
              "| Prismatic | cell − reference | seeds | " + " | ".join(benches) + " | verdict |",
              "|---|---|---|" + "---|" * len(benches) + "---|"]
     for f in found:
-        cells = " | ".join(f"{v['diff']:+.1f} [{v['low']:+.1f}, {v['high']:+.1f}]" + (f" {v['verdict']}" if b in decided else "")
-                           for b, v in ((b, f["benchmarks"][b]) for b in benches))
+        shown = [(f["benchmarks"][b], b in decided) for b in benches]  # a verdict only where the benchmark decides
+        cells = " | ".join(f"{v['diff']:+.1f} [{v['low']:+.1f}, {v['high']:+.1f}]" + (f" {v['verdict']}" if d else "")
+                           for v, d in shown)
         lines.append(f"| {f['finding']} | `{f['cell']}` − `{f['reference']}` | {len(f['seeds'])} | {cells} "
                      f"| **{f['verdict']}** |")
     lines += ["", "## Calibration: did each benchmark measure anything?", "",

@@ -25,8 +25,8 @@ from core.conf import group_option, group_options
 from data.atomic import atomic_directory, write_json
 from data.cache import cache_root
 
-# 7: what ensure_tiny writes from this code; the version-6 folders of the earlier sessions' caches were partly
-# copied in from calibration runs' exports made before later code changes, and differ (docs/reproduction.md).
+# 7: what ensure_tiny writes from this code; the version-6 LM folders of the earlier sessions' caches were
+# calibration runs' exports copied in, which an empty cache does not give back (docs/reproduction.md).
 VERSION = 7
 
 
