@@ -1,10 +1,15 @@
 """The blind baseline of the mini world's benchmarks: a model given the questions without the images.
 
 Every benchmark question is answered from the training data alone (instruct.json, whose prompts are the
-benchmarks' own): the most frequent training answer to the same prompt, else to the same template (the prompt
-with its colour, shape, size and sign words masked), else the most frequent answer of all prompts with the same
-suffix; RefCOCO: the mean training box of the same expression, else template, else all boxes. The predictions
-are written in each benchmark's official format through its REAL runner (`items`, `official`, `scoring_files`)
+benchmarks' own), at one of three levels: the same prompt, the same template (the prompt with its colour, shape,
+size and sign words masked) or the same suffix (the question type). Which level answers a template is chosen on
+held-out training questions: every `holdout_every`-th training pair is answered from the others at each level,
+and the level that gets most of that template's held-out answers right (exact answer; a box at IoU >= 0.5) is
+kept, the coarser one on a tie. The answer is then that level's over all training pairs -- the most frequent
+answer, or for boxes (RefCOCO) the mean box -- backing off to the coarser levels for a key never seen. A rare
+exact prompt's answer is noise, and the held-out questions say so: the prior then answers from the template, as
+a question-only model that learnt each type's majority answer does. The predictions are written in each
+benchmark's official format through its REAL runner (`items`, `official`, `scoring_files`)
 and scored by its REAL scorer. Prints and writes (`--out`) one JSON `{"mini_vqav2/accuracy": x, ...}` (each
 benchmark's main metric, percent): the prior a trained cell must beat.
 
@@ -33,6 +38,7 @@ from core.conf import compose_config
 from data.atomic import write_json
 from data.mini_world_questions import FAMILIES
 from data.mini_world_scenes import COLORS, SHAPES, SIZES, WORDS
+from eval.scorers.refcoco import iou
 
 _MASKS = [(re.compile(r"\b(" + "|".join(words) + r")\b"), tag) for words, tag in (
     (list(COLORS), "<color>"), ([s + "s" for s in SHAPES] + list(SHAPES), "<shape>"), (list(SIZES), "<size>"),
@@ -50,28 +56,63 @@ def suffix(prompt: str) -> str:
     return prompt.rsplit("\n", 1)[-1] if "\n" in prompt else prompt.split(":")[0]
 
 
+LEVELS = ("prompt", "template", "suffix")
+
+
+def keys(prompt: str) -> tuple[str, str, str]:
+    """The prompt's key at each of LEVELS."""
+    return prompt, template(prompt), suffix(prompt)
+
+
+def agrees(guess: str | None, answer: str) -> bool:
+    """A guess is right if it is the answer, or (boxes) overlaps it at IoU >= 0.5, RefCOCO's Acc@0.5."""
+    a, b = _BOX.match(answer), guess and _BOX.match(guess)
+    if a and b:
+        return iou([float(v) for v in b.groups()], [float(v) for v in a.groups()]) >= 0.5
+    return guess == answer
+
+
 class Prior:
-    """Answers a prompt from the training answers to the same prompt, template or suffix."""
+    """Answers a prompt from training answers, at the level (LEVELS) chosen for its template on held-out
+    training questions (module docstring). `level[template]` is the index into LEVELS chosen for it."""
 
-    def __init__(self, instruct: list[dict]):
-        self.answers = {level: defaultdict(list) for level in ("prompt", "template", "suffix")}
-        for record in instruct:
-            turns = record["conversations"]
-            for human, gpt in zip(turns[::2], turns[1::2]):
-                prompt = human["value"].replace("<image>\n", "")
-                for level, key in (("prompt", prompt), ("template", template(prompt)), ("suffix", suffix(prompt))):
-                    self.answers[level][key].append(gpt["value"])
+    def __init__(self, instruct: list[dict], holdout_every: int = 5):
+        pairs = [(human["value"].replace("<image>\n", ""), gpt["value"]) for record in instruct
+                 for human, gpt in zip(record["conversations"][::2], record["conversations"][1::2])]
+        self.answers = self._tables(pairs)
+        fit = self._tables([p for i, p in enumerate(pairs) if i % holdout_every])
+        right: dict[str, list[int]] = defaultdict(lambda: [0] * len(LEVELS))
+        for prompt, answer in pairs[::holdout_every]:
+            for j in range(len(LEVELS)):
+                right[template(prompt)][j] += agrees(self._answer(fit, prompt, j), answer)
+        self.level = {t: max(range(len(LEVELS)), key=lambda j: (counts[j], j)) for t, counts in right.items()}
 
-    def __call__(self, prompt: str) -> str:
-        for level, key in (("prompt", prompt), ("template", template(prompt)), ("suffix", suffix(prompt))):
-            seen = self.answers[level].get(key)
+    @staticmethod
+    def _tables(pairs) -> list[dict[str, list[str]]]:
+        tables = [defaultdict(list) for _ in LEVELS]
+        for prompt, answer in pairs:
+            for table, key in zip(tables, keys(prompt)):
+                table[key].append(answer)
+        return tables
+
+    @staticmethod
+    def _answer(tables, prompt: str, start: int) -> str | None:
+        """The answer at LEVELS[start], else the first coarser level that has seen the prompt's key."""
+        for table, key in list(zip(tables, keys(prompt)))[start:]:
+            seen = table.get(key)
             if seen:
                 boxes = [tuple(float(v) for v in m.groups()) for m in map(_BOX.match, seen) if m]
                 if boxes:  # a box answer: the mean box
                     mean = [sum(b[i] for b in boxes) / len(boxes) for i in range(4)]
                     return "[{:.2f}, {:.2f}, {:.2f}, {:.2f}]".format(*mean)
                 return min(Counter(seen).items(), key=lambda kv: (-kv[1], kv[0]))[0]
-        raise ValueError(f"no training prompt ends like {prompt!r}: is instruct.json from this world?")
+        return None
+
+    def __call__(self, prompt: str) -> str:
+        answer = self._answer(self.answers, prompt, self.level.get(template(prompt), 0))
+        if answer is None:
+            raise ValueError(f"no training prompt ends like {prompt!r}: is instruct.json from this world?")
+        return answer
 
 
 def benchmark_runner(family: str, root: Path):

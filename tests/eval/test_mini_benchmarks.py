@@ -220,6 +220,33 @@ def test_the_blind_prior_answers_from_training_text_and_scores_through_the_real_
     assert len(preds) >= SMALL_WORLD["n_per_benchmark"] and all(p["answer"].startswith("[") for p in preds)
 
 
+def test_the_blind_prior_answers_each_template_at_the_level_its_held_out_questions_choose():
+    """By hand, holding out every 2nd pair: presence questions recur with one answer each, so the exact prompt
+    wins (4 of 4 held out right against the template majority's 3 and the suffix majority's 3); the size
+    question's exact prompts disagree between their two askings, so the template majority "small" wins (3 of 4
+    against the prompt's 2 and the suffix majority "no"'s 0) and answers even the prompt whose own answers are a
+    tie that the prompt level would break as "large"."""
+    from scripts.blind_prior import LEVELS, Prior, agrees, template
+
+    def record(q, a):
+        return {"conversations": [{"from": "human", "value": "<image>\n" + prompt("vqav2", q)},
+                                  {"from": "gpt", "value": a}]}
+    presence = [("Is there a red circle?", "yes"), ("Is there a blue square?", "no"),
+                ("Is there a green triangle?", "no"), ("Is there a blue star?", "no")]
+    size = {"red circle": ("small", "large"), "blue square": ("small", "small"), "green star": ("small", "small"),
+            "red square": ("large", "small")}  # (held-out asking, fitted asking)
+    instruct = [record(q, a) for q, a in presence for _ in range(2)]
+    instruct += [record(f"What size is the {o}?", a) for o, pair in size.items() for a in pair]
+    prior = Prior(instruct, holdout_every=2)
+    assert prior.level[template(prompt("vqav2", "Is there a red circle?"))] == LEVELS.index("prompt")
+    assert prior.level[template(prompt("vqav2", "What size is the red circle?"))] == LEVELS.index("template")
+    assert [prior(prompt("vqav2", q)) for q, _ in presence] == ["yes", "no", "no", "no"]
+    assert prior(prompt("vqav2", "What size is the red circle?")) == "small"
+    assert prior(prompt("vqav2", "What size is the blue circle?")) == "small"  # unseen prompt, seen template
+    assert agrees("[0.10, 0.10, 0.50, 0.50]", "[0.12, 0.10, 0.50, 0.52]")  # IoU 0.85
+    assert not agrees("[0.10, 0.10, 0.30, 0.30]", "[0.20, 0.20, 0.40, 0.40]") and not agrees(None, "yes")
+
+
 def test_the_runner_resolves_its_root_from_the_generator_lazily(world, tmp_path):
     from hydra.utils import instantiate
 
