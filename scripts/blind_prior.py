@@ -38,7 +38,7 @@ from core.conf import compose_config
 from data.atomic import write_json
 from data.mini_world_questions import FAMILIES
 from data.mini_world_scenes import COLORS, SHAPES, SIZES, WORDS
-from eval.scorers.refcoco import iou
+from eval.scorers.refcoco import iou, parse_box
 
 _MASKS = [(re.compile(r"\b(" + "|".join(words) + r")\b"), tag) for words, tag in (
     (list(COLORS), "<color>"), ([s + "s" for s in SHAPES] + list(SHAPES), "<shape>"), (list(SIZES), "<size>"),
@@ -66,9 +66,9 @@ def keys(prompt: str) -> tuple[str, str, str]:
 
 def agrees(guess: str | None, answer: str) -> bool:
     """A guess is right if it is the answer, or (boxes) overlaps it at IoU >= 0.5, RefCOCO's Acc@0.5."""
-    a, b = _BOX.match(answer), guess and _BOX.match(guess)
+    a, b = parse_box(answer), guess and parse_box(guess)
     if a and b:
-        return iou([float(v) for v in b.groups()], [float(v) for v in a.groups()]) >= 0.5
+        return iou(b, a) >= 0.5
     return guess == answer
 
 
