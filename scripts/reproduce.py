@@ -15,7 +15,8 @@ Where things go, under OUT (default `reproduction/<study>/`, `--out` for trials 
 - `cells/<cell>-seed<S>.json`: the cell's result: `metrics` (`benchmark/metric` -> value in percent, every
   metric the run reported), `items` (per benchmark, every item's score from the scorer's `score_*_items`),
   `main_metric` per benchmark, `train_flops` (the core's FLOP counter: results.json `train.<phase>/train_flops`),
-  `wall_time_s`, `run_dir` and the `overrides` it ran with. A cell/seed whose result file exists is not rerun;
+  `components` (the tiny flavours' weight fingerprints), `wall_time_s`, `run_dir` and the `overrides` it ran with.
+  A cell/seed whose result file exists is not rerun; one whose fingerprints are not the cache's is refused;
 - `logs/<cell>-seed<S>.log` (git-ignored) and `last_run.json` (the latest whole-study invocation: wall time, jobs,
   the cell runs it trained and those that failed);
 - `results.csv` (`cell,seed,benchmark,metric,value`), `summary.csv` and `summary.md` (per cell x benchmark:
@@ -30,6 +31,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -70,6 +72,40 @@ def compose_train(overrides: list[str]):
     return compose_config("train", overrides)
 
 
+def components(cfg) -> dict[str, str]:
+    """{flavour: fingerprint} of every tiny flavour (`tiny:NAME`) the cell's encoder and backbone load."""
+    from omegaconf import OmegaConf
+
+    from vlm.hub import TINY_PREFIX
+    from vlm.tiny import fingerprint
+
+    text = json.dumps([OmegaConf.to_container(cfg[part], resolve=True) for part in ("encoder", "backbone")])
+    return {name: fingerprint(name) for name in sorted(set(re.findall(rf"{TINY_PREFIX}([\w.-]+)", text)))}
+
+
+def check_components(results: list[dict]) -> None:
+    """Refuse finished cell runs trained on other weights than the cache's flavours: seeded pretraining gives
+    other weights on another kind of CPU, and such cells are not comparable with new ones. Runs recorded before
+    fingerprints were (no `components`) are counted, not checked."""
+    from vlm.tiny import fingerprint
+
+    current, stale = {}, []
+    for r in results:
+        for name, recorded in r.get("components", {}).items():
+            if name not in current:
+                current[name] = fingerprint(name)
+            if current[name] != recorded:
+                stale.append(f"{r['cell']}-seed{r['seed']} ({name} {recorded}, the cache's {current[name]})")
+    if stale:
+        raise SystemExit(f"error: {len(stale)} finished cell runs were trained on other component weights than the "
+                         f"cache holds: {'; '.join(stale)}\n  fix: move their cells/*.json aside and rerun them on "
+                         "these components, or rerun on a machine of the kind that built them (docs/reproduction.md)")
+    unchecked = sum("components" not in r for r in results)
+    if unchecked:
+        print(f"{unchecked} finished cell runs carry no component fingerprints (recorded before they were): "
+              "not checked", flush=True)
+
+
 def train_flops(results: dict) -> float | None:
     """Training FLOPs of every phase, from the core's counter (results.json `train.<phase>/train_flops`)."""
     flops = [v for k, v in results.get("train", {}).items() if k.endswith("/train_flops")]
@@ -86,7 +122,9 @@ def run_cell(study: str, cell: str, seed: int, out: Path, extra: list[str]) -> d
     """Train and evaluate one cell (unless its result file exists) and return its result."""
     path = result_path(out, cell, seed)
     if path.is_file():
-        return read_json(path)
+        result = read_json(path)
+        check_components([result])
+        return result
     if cell not in cells_of(study):
         raise SystemExit(f"error: no cell {cell!r} in conf/experiment/{study}/ (cells: {', '.join(cells_of(study))})")
     overrides = train_overrides(study, cell, seed, out, extra)
@@ -108,7 +146,7 @@ def run_cell(study: str, cell: str, seed: int, out: Path, extra: list[str]) -> d
                          f"{[b for b, m in benchmarks.items() if m is None] or 'eval.benchmarks (empty)'}")
     items, main = item_scores(cfg, run_dir, benchmarks)
     result = {"cell": cell, "seed": seed, "metrics": flat_metrics(benchmarks), "main_metric": main,
-              "train_flops": train_flops(results), "wall_time_s": round(wall, 1),
+              "train_flops": train_flops(results), "components": components(cfg), "wall_time_s": round(wall, 1),
               "run_dir": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir), "overrides": extra, "items": items}
     write_json(path, result)
     return result
@@ -156,6 +194,7 @@ def run_study(args, out: Path) -> int:
     """Every cell x seed not yet finished, `--jobs` at a time (each a `--cell` subprocess logging to OUT/logs/)."""
     cells = args.cells or cells_of(args.study)
     todo = [(c, s) for c in cells for s in args.seeds if not result_path(out, c, s).is_file()]
+    check_components(finished(out, cells, args.seeds))
     (out / "logs").mkdir(parents=True, exist_ok=True)
     print(f"{len(cells) * len(args.seeds) - len(todo)} cell runs finished, {len(todo)} to run, {args.jobs} at a time",
           flush=True)

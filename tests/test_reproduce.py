@@ -132,6 +132,23 @@ def test_a_finished_cell_is_not_retrained_and_the_study_writes_results_csv(one_c
         ("base", "mini_vqav2", metrics["mini_vqav2/accuracy"])]
 
 
+def test_finished_cells_trained_on_other_component_weights_are_refused(one_cell, tmp_path, capsys):
+    from vlm.tiny import fingerprint
+
+    out, _ = one_cell
+    result = json.loads((out / "cells" / "base-seed0.json").read_text())
+    assert result["components"] == {"mini_clip": fingerprint("mini_clip"), "mini_llama_base": fingerprint("mini_llama_base")}
+    (tmp_path / "cells").mkdir()
+    cell_file = tmp_path / "cells" / "base-seed0.json"
+    cell_file.write_text(json.dumps({**result, "components": {**result["components"], "mini_clip": "0" * 16}}))
+    for args in (["--cells", "base", "--seeds", "0"], ["--cell", "base", "--seed", "0"]):
+        with pytest.raises(SystemExit, match=r"other component weights than the cache holds: base-seed0 \(mini_clip 0{16}"):
+            reproduce.main(["prismatic_mini", *args, "--out", str(tmp_path), "--", *HOOK])
+    cell_file.write_text(json.dumps({k: v for k, v in result.items() if k != "components"}))  # recorded before them
+    assert reproduce.main(["prismatic_mini", "--cell", "base", "--out", str(tmp_path), "--", *HOOK]) == 0
+    assert "1 finished cell runs carry no component fingerprints" in capsys.readouterr().out
+
+
 def test_retraining_a_cell_with_the_same_seed_reproduces_it(one_cell, tmp_path):
     out, _ = one_cell
     assert reproduce.main(["prismatic_mini", "--cell", "base", "--seed", "0", "--out", str(tmp_path), "--", *HOOK]) == 0

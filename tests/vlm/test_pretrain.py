@@ -174,12 +174,17 @@ def folder_digest(folder) -> dict[str, str]:
 
 def test_pretrained_flavours_load_like_hub_models_and_rewrite_identically(tmp_path):
     from vlm.model import build_component
-    from vlm.tiny import VERSION, ensure_tiny
+    from vlm.tiny import VERSION, ensure_tiny, fingerprint
 
     first = ensure_tiny("mini_mae", root=tmp_path / "a")
     second = ensure_tiny("mini_mae", root=tmp_path / "b")
     assert first.name.endswith("-smoke")  # a real cache never holds smoke weights
     assert folder_digest(first) == folder_digest(second)
+    assert fingerprint("mini_mae", root=tmp_path / "a") == fingerprint("mini_mae", root=tmp_path / "b")
+    weights = bytearray((second / "model.safetensors").read_bytes())
+    weights[-1] ^= 1  # one bit of the last tensor: other weights, another fingerprint
+    (second / "model.safetensors").write_bytes(bytes(weights))
+    assert fingerprint("mini_mae", root=tmp_path / "a") != fingerprint("mini_mae", root=tmp_path / "b")
     assert {"config.json", "model.safetensors", "pretraining.json"} <= set(folder_digest(first))
     torch.manual_seed(0)
     node = copy.deepcopy(composed("encoder=mini_mae")["encoder"])

@@ -15,6 +15,7 @@ trained on the shared corpus (vlm/tiny/corpus.py).
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import torch
 from hydra.utils import instantiate
 
 from core.conf import group_option, group_options
+from core.weights import sha256
 from data.atomic import atomic_directory, write_json
 from data.cache import cache_root
 
@@ -46,3 +48,15 @@ def ensure_tiny(name: str, root: Path | None = None) -> Path:
             instantiate(writer, out=tmp)
             write_json(tmp / "done.json", {"name": name, "version": VERSION})
     return out
+
+
+def fingerprint(name: str, root: Path | None = None) -> str:
+    """The weights of flavour `name` in one string: the sha256 of its `*.safetensors` files' digests (written first
+    if missing). A seeded one-thread pretraining writes the same weights again on one kind of CPU but not across
+    kinds (docs/reproduction.md), so a study records this to tell which components its cells were trained on."""
+    folder = ensure_tiny(name, root)
+    files = sorted(folder.rglob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"tiny flavour {name!r}: no *.safetensors in {folder}; delete the folder to rewrite it")
+    listing = "\n".join(f"{p.relative_to(folder).as_posix()} {sha256(p)}" for p in files)
+    return hashlib.sha256(listing.encode()).hexdigest()[:16]
