@@ -16,7 +16,8 @@ Where things go, under OUT (default `reproduction/<study>/`, `--out` for trials 
   metric the run reported), `items` (per benchmark, every item's score from the scorer's `score_*_items`),
   `main_metric` per benchmark, `train_flops` (the core's FLOP counter: results.json `train.<phase>/train_flops`),
   `components` (the tiny flavours' weight fingerprints), `wall_time_s`, `run_dir` and the `overrides` it ran with.
-  A cell/seed whose result file exists is not rerun; one whose fingerprints are not the cache's is refused;
+  A cell/seed whose result file exists is not rerun; no cell trains beside finished ones whose fingerprints are
+  not the cache's;
 - `logs/<cell>-seed<S>.log` (git-ignored) and `last_run.json` (the latest whole-study invocation: wall time, jobs,
   the cell runs it trained and those that failed);
 - `results.csv` (`cell,seed,benchmark,metric,value`), `summary.csv` and `summary.md` (per cell x benchmark:
@@ -83,12 +84,13 @@ def components(cfg) -> dict[str, str]:
     return {name: fingerprint(name) for name in sorted(set(re.findall(rf"{TINY_PREFIX}([\w.-]+)", text)))}
 
 
-def check_components(results: list[dict]) -> None:
-    """Refuse finished cell runs trained on other weights than the cache's flavours: seeded pretraining gives
-    other weights on another kind of CPU, and such cells are not comparable with new ones. Runs recorded before
-    fingerprints were (no `components`) are counted, not checked."""
+def check_components(out: Path) -> None:
+    """Before a cell trains: refuse if a finished cell under `out` was trained on other weights than the cache's
+    flavours (seeded pretraining gives other weights on another kind of CPU, and such cells are not comparable
+    with new ones). Cells recorded before fingerprints were (no `components`) are counted, not checked."""
     from vlm.tiny import fingerprint
 
+    results = [read_json(p) for p in sorted((out / "cells").glob("*.json"))]
     current, stale = {}, []
     for r in results:
         for name, recorded in r.get("components", {}).items():
@@ -122,11 +124,10 @@ def run_cell(study: str, cell: str, seed: int, out: Path, extra: list[str]) -> d
     """Train and evaluate one cell (unless its result file exists) and return its result."""
     path = result_path(out, cell, seed)
     if path.is_file():
-        result = read_json(path)
-        check_components([result])
-        return result
+        return read_json(path)
     if cell not in cells_of(study):
         raise SystemExit(f"error: no cell {cell!r} in conf/experiment/{study}/ (cells: {', '.join(cells_of(study))})")
+    check_components(out)
     overrides = train_overrides(study, cell, seed, out, extra)
     cfg = compose_train(overrides)
     from core.run import run_dir_of
@@ -194,7 +195,8 @@ def run_study(args, out: Path) -> int:
     """Every cell x seed not yet finished, `--jobs` at a time (each a `--cell` subprocess logging to OUT/logs/)."""
     cells = args.cells or cells_of(args.study)
     todo = [(c, s) for c in cells for s in args.seeds if not result_path(out, c, s).is_file()]
-    check_components(finished(out, cells, args.seeds))
+    if todo:
+        check_components(out)  # once here for one clear error; each `--cell` run checks again
     (out / "logs").mkdir(parents=True, exist_ok=True)
     print(f"{len(cells) * len(args.seeds) - len(todo)} cell runs finished, {len(todo)} to run, {args.jobs} at a time",
           flush=True)

@@ -141,11 +141,13 @@ def test_finished_cells_trained_on_other_component_weights_are_refused(one_cell,
     (tmp_path / "cells").mkdir()
     cell_file = tmp_path / "cells" / "base-seed0.json"
     cell_file.write_text(json.dumps({**result, "components": {**result["components"], "mini_clip": "0" * 16}}))
-    for args in (["--cells", "base", "--seeds", "0"], ["--cell", "base", "--seed", "0"]):
+    for args in (["--cells", "base", "--seeds", "0", "1"], ["--cell", "base", "--seed", "1"]):  # seed 1 would train
         with pytest.raises(SystemExit, match=r"other component weights than the cache holds: base-seed0 \(mini_clip 0{16}"):
             reproduce.main(["prismatic_mini", *args, "--out", str(tmp_path), "--", *HOOK])
+    assert not (tmp_path / "cells" / "base-seed1.json").exists()
+    assert reproduce.main(["prismatic_mini", "--cell", "base", "--seed", "0", "--out", str(tmp_path)]) == 0  # shown, not mixed
     cell_file.write_text(json.dumps({k: v for k, v in result.items() if k != "components"}))  # recorded before them
-    assert reproduce.main(["prismatic_mini", "--cell", "base", "--out", str(tmp_path), "--", *HOOK]) == 0
+    reproduce.check_components(tmp_path)
     assert "1 finished cell runs carry no component fingerprints" in capsys.readouterr().out
 
 
