@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--test", type=int, default=1500, help="held-out questions evaluated")
     p.add_argument("--bos", action="store_true",
                    help="start each sample with BOS, as the VLM and lm_pretrain.data=scenes do (runs 31-37: without)")
+    p.add_argument("--sign-slot", action="store_true",
+                   help="the slot under a scene's sign also holds \"sign\" and its word, as lm_pretrain.sign_slot trains")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save", type=Path, help="write the trained LM and its tokenizer here")
     args = p.parse_args(argv)
@@ -131,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     model = AutoModelForCausalLM.from_pretrained(args.lm)
     embed = model.get_input_embeddings()
     width = embed.embedding_dim
-    objects = object_phrases(args.world, (GRID, GRID))
+    objects = object_phrases(args.world, (GRID, GRID), args.sign_slot)
     train, test, describe = samples(args.world, args.holdout)
     test = test[:args.test]
     if args.prose:  # lm_text.txt: one line per training scene, in scenes.json's order

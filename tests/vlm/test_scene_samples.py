@@ -1,7 +1,9 @@
 """`lm_pretrain.data=scenes` (vlm/pretrain/scene_samples.py): the VLM's layout (BOS, 64 patch slots, the text), each
 object's words at the patch under its centre (hand-checked against the scene), slot vectors equal to the sum of
 the LM's own word embeddings, the loss equal to transformers' own on those embeddings, `slot_background`'s one
-random vector per sample in every slot (training only), and a 3-step run that trains and exports."""
+random vector per sample in every slot (training only), `sign_slot`'s sign word at the patch under the sign's
+centre, `extra_questions` generated for every family, their answers checked against the scenes by hand-written
+rules, and a 3-step run that trains and exports."""
 
 from __future__ import annotations
 
@@ -16,7 +18,13 @@ from tests.conftest import BASE, compose_cfg
 from vlm.prompting import IGNORE_INDEX, build_prompt_format
 from vlm.pretrain.lm_task import LMPretrainTask, build_lm, collate
 from vlm.pretrain.quality import centre_patch
-from vlm.pretrain.scene_samples import object_phrases, scene_samples, scene_texts, slot_embeddings
+from vlm.pretrain.scene_samples import (
+    extra_scene_questions,
+    object_phrases,
+    scene_samples,
+    scene_texts,
+    slot_embeddings,
+)
 
 WORLD_KW = dict(n_train=24, n_test=4, n_per_benchmark=6)
 
@@ -73,6 +81,67 @@ def test_samples_have_the_vlm_layout(world, lm):
         expected = [i for w in phrase.split() for i in tok(" " + w, add_special_tokens=False)["input_ids"]]
         assert words[start + patch] == expected
     assert sum(bool(w) for w in words.values()) == len(object_phrases(world)[image])  # the rest are empty slots
+
+
+def test_the_sign_slot_names_the_sign_word_at_the_patch_under_its_centre(world):
+    scenes = json.loads((world / "scenes.json").read_text())["train"]
+    plain, signed = object_phrases(world), object_phrases(world, sign_slot=True)
+    with_sign = [image for image, scene in scenes.items() if scene.get("sign")]
+    assert with_sign, "the test world has no sign; raise its n_train"
+    for image, scene in scenes.items():
+        if image not in with_sign:
+            assert signed[image] == plain[image]
+            continue
+        sign = scene["sign"]
+        assert signed[image] == plain[image] + [(centre_patch(sign, scene, (8, 8), "letterbox"), f"sign {sign['word']}")]
+
+
+def test_extra_questions_come_from_every_family_and_answer_as_the_scene_does(world):
+    scenes = json.loads((world / "scenes.json").read_text())["train"]
+    asked = extra_scene_questions(world, 12)
+    assert list(asked) == list(scenes) and all(len(pairs) == 12 for pairs in asked.values())
+    assert asked == extra_scene_questions(world, 12)  # seeded
+    prompts = [q for pairs in asked.values() for q, _ in pairs]
+    for start in ("What color is", "What shape is", "What size is", "How many", "Is the following statement",
+                  "Is there", "What does the sign say", "What word is written"):
+        assert any(q.startswith(start) for q in prompts), start
+    checked = 0
+    for image, pairs in asked.items():
+        objects = scenes[image]["objects"]
+        for question, answer in pairs:
+            text = question.split("\n")[0]
+            if text.startswith("What color is the ") and " to the " not in text:  # VQAv2's: a unique referent
+                words = text[len("What color is the "):-1].split()
+                hits = [o["color"] for o in objects if o["shape"] == words[-1] and (len(words) == 1 or o["size"] == words[0])]
+                assert hits == [answer], (image, question)
+                checked += 1
+            elif text.startswith("Is there") and text.endswith(" in the image?"):  # POPE's, present or absent
+                color, shape = text.split()[-5:-3]
+                assert answer == ("yes" if any((o["color"], o["shape"]) == (color, shape) for o in objects) else "no")
+                checked += 1
+            elif text.startswith(("What does the sign say", "What word is written")):
+                assert answer == scenes[image]["sign"]["word"]
+                checked += 1
+    assert checked >= 24
+    pope = [a for pairs in asked.values() for q, a in pairs if q.split("\n")[0].endswith(" in the image?")]
+    assert "yes" in pope and "no" in pope
+
+
+def test_samples_carry_the_extra_questions_and_the_sign_word(world, lm):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(lm)
+    fmt = build_prompt_format("base", tok)
+    samples = scene_samples(world, tok, fmt, questions_per_scene=2, holdout=4, max_length=128, extra_questions=3,
+                            sign_slot=True)
+    assert len(samples) == 20 * (4 + 3)  # caption, prose, 2 + 3 questions for each of the 20 kept scenes
+    start, phrases = fmt.image_position, object_phrases(world, sign_slot=True)
+    for (ids, _, words), image in zip(samples[::7], list(phrases)[:20]):
+        expected: dict[int, list[int]] = {}
+        for patch, phrase in phrases[image]:  # a sign over an object's patch shares its slot
+            expected.setdefault(start + patch, []).extend(
+                i for w in phrase.split() for i in tok(" " + w, add_special_tokens=False)["input_ids"])
+        assert {pos: ids_ for pos, ids_ in words.items() if ids_} == expected
 
 
 def test_slot_vectors_sum_the_words_and_the_loss_is_transformers_own(world):
@@ -140,3 +209,24 @@ def test_a_caption_that_misses_an_object_is_named(world, tmp_path):
         pytest.skip("the first scene has one object")
     with pytest.raises(ValueError, match=r"align\.json.*does not name each object"):
         object_phrases(broken)
+
+
+def test_scene_mix_puts_that_share_of_scene_samples_beside_the_dialogues(world):
+    cfg = scene_cfg(world, "lm_pretrain.data=dialogues", "lm_pretrain.scene_mix=0.25", "lm_pretrain.sign_slot=true",
+                    "lm_pretrain.extra_questions=2")
+    model = build_lm(cfg)
+    dm = LMPretrainTask().build_datamodule(cfg, cfg.stage.phases.pretrain, model, None, micro_batch_size=4, seed=0)
+    dm.setup("fit")
+    rows = [dm.train_dataset[i] for i in range(len(dm.train_dataset))]
+    dialogue = [r for r in rows if not r[2]]
+    scenes = [r for r in rows if r[2]]
+    assert len(dialogue) == 24 - 4 and len(scenes) == round(len(dialogue) * 0.25 / 0.75)  # 20 dialogues, 7 scenes
+    assert all(len(words) == 64 for _, _, words in scenes)
+    batch = collate([dialogue[0], scenes[0]], model.tokenizer.eos_token_id)  # both kinds in one micro-batch
+    assert not batch["slot_mask"][0].any() and int(batch["slot_mask"][1].sum()) == 64
+    embeds = model.inputs(batch)["inputs_embeds"]
+    plain = model.lm.get_input_embeddings()(batch["input_ids"][0])
+    assert torch.equal(embeds[0], plain)  # a dialogue's embeddings are its tokens'
+    with pytest.raises(ValueError, match="scene_mix=1.0"):
+        LMPretrainTask().build_datamodule(scene_cfg(world, "lm_pretrain.data=dialogues", "lm_pretrain.scene_mix=1.0"),
+                                          cfg.stage.phases.pretrain, model, None, micro_batch_size=4, seed=0)

@@ -9,14 +9,18 @@ or, with `lm_pretrain.init` (a folder or `tiny:NAME`), the model and tokenizer o
 Data (`lm_pretrain.data`):
 - `text`: next-token training on `lm_text.txt`, each line `<s> line </s>`, packed into blocks of `block_size` tokens;
 - `dialogues`: `text.json`'s dialogues except the last `lm_pretrain.holdout` (held out for perplexity),
-  formatted with `lm_pretrain.prompt_format` (vlm/prompting.py), loss on the answers only. A micro-batch whose
+  formatted with `lm_pretrain.prompt_format` (vlm/prompting.py), loss on the answers only; with
+  `lm_pretrain.scene_mix` > 0, mixed with scene samples (below) in the same format making up that share, so that
+  instruction tuning keeps the lookup the base LM learned, in the instruct LM's own prompt format. A micro-batch whose
   answers are all cut off by `block_size` has no target token: its loss is 0 with zero gradients (what the
   0/0 NaN of transformers' mean loss trained with), and a warning says so once; the core stops a run on a
   NaN loss, so the 0 keeps such runs going while any real divergence still stops them;
 - `scenes`: the world's captions, prose lines and `lm_pretrain.questions_per_scene` one-word questions per
-  training scene, each after the scene's objects given as one vector per patch slot (vlm/pretrain/scene_samples.py;
-  the last `lm_pretrain.holdout` scenes held out), in `lm_pretrain.prompt_format`, loss on the answers; with
-  `lm_pretrain.slot_background` > 0, a random vector per sample is added to every slot in training.
+  training scene (and `lm_pretrain.extra_questions` generated ones of every family but RefCOCO), each after the
+  scene's objects given as one vector per patch slot (with `lm_pretrain.sign_slot`, the sign's word too;
+  vlm/pretrain/scene_samples.py; the last `lm_pretrain.holdout` scenes held out), in `lm_pretrain.prompt_format`,
+  loss on the answers; with `lm_pretrain.slot_background` > 0, a random vector per sample is added to every slot
+  in training.
 When training ends, rank 0 writes `save_pretrained` + the tokenizer files to `RUN_DIR/export/`, which
 vlm/backbones.py (`HFBackbone(model_id=RUN_DIR/export)`) loads like a hub model.
 """
@@ -116,6 +120,27 @@ def heldout_split(items: list, holdout: int, what: str) -> tuple[list, list]:
     return (items[: len(items) - holdout], items[len(items) - holdout:]) if holdout else (items, [])
 
 
+def scenes_of(block: DictConfig, world: Path, tokenizer) -> list:
+    """The scene samples `lm_pretrain` describes (vlm/pretrain/scene_samples.py), in its prompt format."""
+    return scene_samples(world, tokenizer, build_prompt_format(str(block.prompt_format), tokenizer),
+                         int(block.questions_per_scene), int(block.holdout), int(block.block_size),
+                         extra_questions=int(block.get("extra_questions", 0)),
+                         sign_slot=bool(block.get("sign_slot", False)))
+
+
+def with_scene_samples(dialogue: list, scenes: list, share: float, seed: int) -> list:
+    """The dialogue samples and a seeded random subset of the scene samples making up `share` (0 < share < 1) of
+    the mixture, the dialogues given empty slot tables so that one collate takes both."""
+    if not 0 < share < 1:
+        raise ValueError(f"lm_pretrain.scene_mix={share}: give the scene samples' share of the mixture, in (0, 1)")
+    wanted = round(len(dialogue) * share / (1 - share))
+    if wanted > len(scenes):
+        raise ValueError(f"lm_pretrain.scene_mix={share} needs {wanted} scene samples, the world gives {len(scenes)}; "
+                         "lower it or raise lm_pretrain.extra_questions")
+    picked = torch.randperm(len(scenes), generator=torch.Generator().manual_seed(seed))[:wanted].tolist()
+    return [(ids, labels, {}) for ids, labels in dialogue] + [scenes[i] for i in sorted(picked)]
+
+
 class TokenSamples(Dataset):
     def __init__(self, samples: list[tuple[list[int], list[int]]]):
         self.samples = samples
@@ -195,9 +220,10 @@ class LMPretrainTask:
         elif block.data == "dialogues":
             trained, _ = heldout_split(dialogues(world), int(block.holdout), str(world / "text.json"))
             samples = dialogue_samples(trained, build_prompt_format(str(block.prompt_format), tok), int(block.block_size))
+            if float(block.get("scene_mix", 0.0)) > 0:
+                samples = with_scene_samples(samples, scenes_of(block, world, tok), float(block.scene_mix), seed)
         elif block.data == "scenes":
-            samples = scene_samples(world, tok, build_prompt_format(str(block.prompt_format), tok),
-                                    int(block.questions_per_scene), int(block.holdout), int(block.block_size))
+            samples = scenes_of(block, world, tok)
         else:
             raise ValueError(f"lm_pretrain.data={block.data!r}: choose text, dialogues or scenes")
         return LMDataModule(samples, tok.eos_token_id, micro_batch_size, seed)

@@ -3,9 +3,12 @@
 The layout is the VLM's for an image (vlm/model.py `VLM.splice`): BOS, then one slot per encoder patch (an 8×8
 grid of the letterboxed scene by default), then the text in `lm_pretrain.prompt_format`. The slot under an
 object's centre (`vlm.pretrain.quality.centre_patch`) holds the sum of the LM's own input embeddings of the
-object's caption words ("red", "top", "left", "large", "circle"); the other slots hold zeros. The text is the
-scene's caption (`align.json`), its prose line (`lm_text.txt`) or one of its one-word questions (`instruct.json`
-without the box and description turns), with the loss on the answer. The LM reads nothing but its own word
+object's caption words ("red", "top", "left", "large", "circle"); the other slots hold zeros. With `sign_slot`,
+the slot under the sign's centre also holds "sign" and the sign's word (the reading task's input, which an
+encoder + projector would have to deliver there). The text is the scene's caption (`align.json`), its prose line
+(`lm_text.txt`), one of its one-word questions (`instruct.json` without the box and description turns) or, with
+`extra_questions` > 0, one of that many further questions generated from the scene for every family but RefCOCO
+in turn (`extra_scene_questions`), with the loss on the answer. The LM reads nothing but its own word
 embeddings, and learns to look objects up among patch slots by their words: the in-context lookup a real base LM
 arrives with, which a VLM cell then only has to point its projector at (docs/reproduction.md, runs 31-37).
 
@@ -22,18 +25,24 @@ from pathlib import Path
 
 import torch
 
+import numpy as np
+
 from data.atomic import read_json
+from data.mini_world_questions import ASK, absent_pairs, pope_question, prompt
 from vlm.prompting import IGNORE_INDEX
 from vlm.pretrain.quality import centre_patch
 from vlm.pretrain.world import caption_records, scenes, text_lines
 
 PROSE_PROMPT = "Describe the image in detail."
 CAPTION_PROMPT = "Describe the image."
+ASKED_FAMILIES = ("vqav2", "gqa", "tallyqa", "vsr", "pope", "textvqa")  # RefCOCO's answers are boxes, not words
 
 
-def object_phrases(world: Path, grid: tuple[int, int] = (8, 8)) -> dict[str, list[tuple[int, str]]]:
+def object_phrases(world: Path, grid: tuple[int, int] = (8, 8),
+                   sign_slot: bool = False) -> dict[str, list[tuple[int, str]]]:
     """Per training image: (patch under the object's centre, letterboxed; the object's caption phrase, e.g. "red top
-    left large circle") of each object, matched to the caption by its colour (one object per colour in the world)."""
+    left large circle") of each object, matched to the caption by its colour (one object per colour in the world);
+    with `sign_slot`, then (patch under the sign's centre, "sign WORD") for a scene with a sign."""
     captions = dict(caption_records(world))
     out = {}
     for image, scene in scenes(world, "train").items():
@@ -48,6 +57,8 @@ def object_phrases(world: Path, grid: tuple[int, int] = (8, 8)) -> dict[str, lis
                              f"colour (missing {missing}, caption {captions[image]!r}); scene samples need the "
                              "world's one object per colour (data/mini_world.py version 2 or later)")
         out[image] = [(centre_patch(o, scene, grid, "letterbox"), by_colour[o["color"]]) for o in scene["objects"]]
+        if sign_slot and scene.get("sign"):
+            out[image].append((centre_patch(scene["sign"], scene, grid, "letterbox"), f"sign {scene['sign']['word']}"))
     return out
 
 
@@ -62,28 +73,57 @@ def one_word_questions(world: Path) -> dict[str, list[tuple[str, str]]]:
     return questions
 
 
-def scene_texts(world: Path, questions_per_scene: int) -> list[tuple[str, str, str]]:
-    """(image, prompt, answer) of every training scene: its caption, its prose line and its first
-    `questions_per_scene` one-word questions, in scenes.json's order."""
+def extra_scene_questions(world: Path, per_scene: int, seed: int = 0) -> dict[str, list[tuple[str, str]]]:
+    """`per_scene` (prompt, answer) pairs per training scene, generated from the scene by the benchmark families'
+    question forms (data/mini_world_questions.py `ASK`, asked as their runners ask) of `ASKED_FAMILIES`, VQAv2's
+    split by its question kinds (colour, shape, size, position, count, exists): the groups in turn from a random
+    first one, a question drawn at random from the group each time, so that no kind is as rare as colour is among
+    instruct.json's questions. POPE's are half present objects ("yes"), half absent colour-shape pairs ("no"); a
+    group the scene gives no question (TextVQA without a sign) is left out of its turn. Seeded: the same world gives
+    the same pairs."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, list[tuple[str, str]]] = {}
+    for image, scene in scenes(world, "train").items():
+        groups: dict[tuple[str, str], list[dict]] = {}
+        for family in ASKED_FAMILIES:
+            for q in ASK[family](scene, rng):
+                groups.setdefault((family, q.get("kind", "")), []).append(q)
+        absent = [{"question": pope_question(c, s), "answer": "no"} for c, s in absent_pairs(scene)]
+        keys = sorted(groups)
+        first, pairs = int(rng.integers(len(keys))), []
+        for k in range(per_scene):
+            family, kind = keys[(first + k) % len(keys)]
+            choices = absent if family == "pope" and absent and rng.random() < 0.5 else groups[family, kind]
+            q = choices[int(rng.integers(len(choices)))]
+            pairs.append((prompt(family, q["question"]), q["answer"]))
+        out[image] = pairs
+    return out
+
+
+def scene_texts(world: Path, questions_per_scene: int, extra_questions: int = 0) -> list[tuple[str, str, str]]:
+    """(image, prompt, answer) of every training scene: its caption, its prose line, its first
+    `questions_per_scene` one-word questions and `extra_questions` generated ones, in scenes.json's order."""
     names = list(scenes(world, "train"))
     prose = text_lines(world, "lm_text.txt")
     if len(prose) != len(names):
         raise ValueError(f"{world / 'lm_text.txt'} has {len(prose)} lines for {len(names)} training scenes; "
                          "delete the world folder so that data/mini_world.py writes it again")
     questions = one_word_questions(world)
+    extra = extra_scene_questions(world, extra_questions) if extra_questions else {}
     captions = dict(caption_records(world))
     out = []
     for image, line in zip(names, prose):
         out += [(image, CAPTION_PROMPT, captions[image]), (image, PROSE_PROMPT, line)]
-        out += [(image, q, a) for q, a in questions.get(image, [])[:questions_per_scene]]
+        out += [(image, q, a) for q, a in questions.get(image, [])[:questions_per_scene] + extra.get(image, [])]
     return out
 
 
 def scene_samples(world: Path, tokenizer, fmt, questions_per_scene: int, holdout: int, max_length: int,
-                  grid: tuple[int, int] = (8, 8)) -> list[tuple[list[int], list[int], dict[int, list[int]]]]:
+                  grid: tuple[int, int] = (8, 8), extra_questions: int = 0,
+                  sign_slot: bool = False) -> list[tuple[list[int], list[int], dict[int, list[int]]]]:
     """The training samples of the scenes but the last `holdout` (kept apart for a held-out figure), cut to
-    `max_length` tokens after the slots."""
-    objects = object_phrases(world, grid)
+    `max_length` tokens after the slots. Two things under one patch (a sign over an object's cell) share its slot."""
+    objects = object_phrases(world, grid, sign_slot)
     held = set(list(objects)[len(objects) - holdout:]) if holdout else set()
     slots, start = grid[0] * grid[1], fmt.image_position
     word_ids: dict[str, list[int]] = {}
@@ -94,16 +134,16 @@ def scene_samples(world: Path, tokenizer, fmt, questions_per_scene: int, holdout
         return word_ids[word]
 
     out = []
-    for image, prompt, answer in scene_texts(world, questions_per_scene):
+    for image, question, answer in scene_texts(world, questions_per_scene, extra_questions):
         if image in held:
             continue
-        ids, labels = fmt.build([("human", prompt), ("gpt", answer)])
+        ids, labels = fmt.build([("human", question), ("gpt", answer)])
         ids, labels = ids[:start + max_length], labels[:start + max_length]
         filler = [tokenizer.eos_token_id] * slots
         ids, labels = ids[:start] + filler + ids[start:], labels[:start] + [IGNORE_INDEX] * slots + labels[start:]
         words = {start + patch: [] for patch in range(slots)}
         for patch, phrase in objects[image]:
-            words[start + patch] = [i for w in phrase.split() for i in ids_of(w)]
+            words[start + patch] += [i for w in phrase.split() for i in ids_of(w)]
         out.append((ids, labels, words))
     return out
 
