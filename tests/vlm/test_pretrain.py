@@ -147,6 +147,26 @@ def test_patch_probe_reads_the_patch_under_each_object():
     assert (scores["patch_colour_acc"], scores["patch_shape_acc"], scores["patch_size_acc"]) == (100.0, 100.0, 100.0)
     blank = patch_scores(np.zeros_like(feats[:40]), scenes[:40], np.zeros_like(feats[40:]), scenes[40:], (2, 2), "resize-naive")
     assert blank["patch_colour_acc"] < 100.0  # no information in the patches: the probe falls to a constant
+    assert "patch_sign_acc" not in scores  # no scene has a sign
+
+
+def test_patch_probe_reads_the_sign_word_at_the_patch_under_the_sign():
+    rng = np.random.default_rng(0)
+    words = ["cat", "sun", "box"]
+    scenes, feats = [], rng.normal(size=(90, 4, 3))
+    for i in range(90):  # 2x2 grid; the sign alone in a random quadrant, its word one-hot in that patch
+        q, word = int(rng.integers(4)), words[i % 3]
+        feats[i, q] = 10 * np.eye(3)[words.index(word)]
+        sign = {"word": word, "bbox": [32 * (q % 2) + 4, 32 * (q // 2) + 10, 24, 12], "on": None}
+        other = (q + 2) % 4  # one object elsewhere, for the attribute probes
+        obj = {"color": ["red", "blue"][i % 2], "shape": ["circle", "square"][i % 2], "size": ["small", "large"][i % 2],
+               "bbox": [32 * (other % 2) + 8, 32 * (other // 2) + 8, 10, 10]}
+        scenes.append({"width": 64, "height": 64, "objects": [obj], "sign": sign})
+    scores = patch_scores(feats[:60], scenes[:60], feats[60:], scenes[60:], (2, 2), "resize-naive")
+    assert scores["patch_sign_acc"] == 100.0 and round(scores["patch_sign_majority"], 1) == 33.3
+    moved = [{**s, "sign": {**s["sign"], "bbox": [(s["sign"]["bbox"][0] + 32) % 64, *s["sign"]["bbox"][1:]]}}
+             for s in scenes]  # read one quadrant over: the noise of another patch
+    assert patch_scores(feats[:60], moved[:60], feats[60:], moved[60:], (2, 2), "resize-naive")["patch_sign_acc"] < 70
 
 
 def test_retrieval_counts_identical_captions_as_right():

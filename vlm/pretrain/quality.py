@@ -111,7 +111,8 @@ def centre_patch(obj: dict, scene: dict, grid: tuple[int, int], strategy: str) -
 
 
 def patch_scores(train_x, train_scenes: list[dict], test_x, test_scenes: list[dict], grid, strategy: str) -> dict:
-    """Colour, shape and size of each object probed from the features of the patch under its centre."""
+    """Colour, shape and size of each object probed from the features of the patch under its centre; and, where the
+    scenes carry signs of more than one word, the sign's word from the patch under the sign's centre."""
     def objects(features, group):
         rows = [(features[i, centre_patch(o, s, grid, strategy)], o) for i, s in enumerate(group) for o in s["objects"]]
         return np.stack([f for f, _ in rows]), [o for _, o in rows]
@@ -123,6 +124,13 @@ def patch_scores(train_x, train_scenes: list[dict], test_x, test_scenes: list[di
         name = "colour" if attr == "color" else attr
         metrics[f"patch_{name}_acc"] = linear_probe(xtr, ytr, xte, yte)
         metrics[f"patch_{name}_majority"] = majority(ytr, yte)
+    signed = lambda features, group: [(features[i, centre_patch(s["sign"], s, grid, strategy)], s["sign"]["word"])  # noqa: E731
+                                      for i, s in enumerate(group) if s.get("sign")]
+    (str_, ste) = signed(train_x, train_scenes), signed(test_x, test_scenes)
+    if len({w for _, w in str_}) > 1 and ste:  # the reading task's input: the sign's word at its centre patch
+        xs, ys = np.stack([f for f, _ in str_]), np.array([w for _, w in str_])
+        xt, yt = np.stack([f for f, _ in ste]), np.array([w for _, w in ste])
+        metrics["patch_sign_acc"], metrics["patch_sign_majority"] = linear_probe(xs, ys, xt, yt), majority(ys, yt)
     return metrics
 
 
