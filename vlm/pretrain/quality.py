@@ -126,10 +126,10 @@ def patch_scores(train_x, train_scenes: list[dict], test_x, test_scenes: list[di
         metrics[f"patch_{name}_majority"] = majority(ytr, yte)
     signed = lambda features, group: [(features[i, centre_patch(s["sign"], s, grid, strategy)], s["sign"]["word"])  # noqa: E731
                                       for i, s in enumerate(group) if s.get("sign")]
-    (str_, ste) = signed(train_x, train_scenes), signed(test_x, test_scenes)
-    if len({w for _, w in str_}) > 1 and ste:  # the reading task's input: the sign's word at its centre patch
-        xs, ys = np.stack([f for f, _ in str_]), np.array([w for _, w in str_])
-        xt, yt = np.stack([f for f, _ in ste]), np.array([w for _, w in ste])
+    train_signs, test_signs = signed(train_x, train_scenes), signed(test_x, test_scenes)
+    if len({w for _, w in train_signs}) > 1 and test_signs:  # the reading task's input: the word at its centre patch
+        xs, ys = np.stack([f for f, _ in train_signs]), np.array([w for _, w in train_signs])
+        xt, yt = np.stack([f for f, _ in test_signs]), np.array([w for _, w in test_signs])
         metrics["patch_sign_acc"], metrics["patch_sign_majority"] = linear_probe(xs, ys, xt, yt), majority(ys, yt)
     return metrics
 

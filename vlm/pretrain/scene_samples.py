@@ -23,9 +23,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import torch
-
 import numpy as np
+import torch
 
 from data.atomic import read_json
 from data.mini_world_questions import ASK, absent_pairs, pope_question, prompt
