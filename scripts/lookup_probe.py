@@ -6,7 +6,9 @@ what an ideal encoder + projector could give it, and nothing else is learned but
 `--objects fresh`, the attribute vectors: a new projector's job). Trained on the world's one-word questions
 (`instruct.json` without the box and description turns), optionally mixed with its captions (`align.json`) and
 prose (`lm_text.txt`) as "describe" targets; held-out accuracy per question kind against each kind's majority
-answer (exact match of every answer token and the end of the answer, greedy at each position).
+answer (exact match of every answer token and the end of the answer, greedy at each position). With `--boxes`,
+instruct.json's RefCOCO questions too (kind "box"): trained on, and scored as RefCOCO is (a greedily generated box
+at IoU >= 0.5 with the object's, eval/scorers/refcoco.py), against the prior of the training boxes' most common one.
 
     python scripts/lookup_probe.py --world ~/.cache/refract/datasets/mini_world-8f4a94a0dc5f \\
         --lm ~/.cache/refract/tiny/mini_llama_base-v5 --objects words --captions 0.5 --prose --steps 4000 --save /tmp/lm
@@ -31,13 +33,15 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from data.atomic import read_json
+from eval.scorers.refcoco import iou, parse_box
 from vlm.pretrain.scene_samples import object_phrases, one_word_questions
 from vlm.prompting import strip_image_placeholder
 from vlm.pretrain.world import caption_records, text_lines
 
 KINDS = [("colour", "What color"), ("size", "What size"), ("shape", "What shape"), ("count", "How many"),
          ("exists", "Is there"), ("vsr", "Is the following"), ("relation", "Is the"), ("same", "Are the"),
-         ("reading", "What")]
+         ("reading", "What"), ("box", "Please provide the bounding box")]
 GRID = 8  # patches a side at the study's 64-px letterbox
 
 
@@ -45,9 +49,22 @@ def kind(question: str) -> str:
     return next(name for name, prefix in KINDS if question.startswith(prefix))
 
 
-def samples(world: Path, holdout: int):
+def box_questions(world: Path) -> dict[str, list[tuple[str, str]]]:
+    """instruct.json's RefCOCO turns (referring expression -> box) per image."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for record in read_json(world / "instruct.json"):
+        turns = record.get("conversations", [])
+        out.setdefault(str(record.get("image")), []).extend(
+            (q["value"], a["value"]) for q, a in zip(turns[::2], turns[1::2]) if "bounding box" in q["value"])
+    return out
+
+
+def samples(world: Path, holdout: int, boxes: bool = False):
     """(train questions, held-out questions, describe targets): each (image, prompt, answer, question)."""
     asked = one_word_questions(world)
+    if boxes:
+        boxes = box_questions(world)
+        asked = {image: pairs + boxes.get(image, []) for image, pairs in asked.items()}
     held = set(list(asked)[-holdout:])
     questions = [(image, f"In: {strip_image_placeholder(q)}\nOut:", " " + a, strip_image_placeholder(q))
                  for image, pairs in asked.items() for q, a in pairs]
@@ -90,6 +107,27 @@ def projector_and_features(args, objects: dict, fit_on: set, embed: nn.Embedding
     return projector, features
 
 
+@torch.no_grad()
+def greedy_continuations(model, x: torch.Tensor, lengths: torch.Tensor, max_new: int, eos_id: int) -> list[list[int]]:
+    """Greedy next tokens after each row's first `lengths[i]` input embeddings of `x` (batch, time, width; right
+    padded), up to and including EOS or `max_new` tokens a row, the batch decoded together."""
+    embed, n = model.get_input_embeddings(), len(x)
+    x = torch.cat([x[:, :int(lengths.max())], x.new_zeros(n, max_new, x.shape[2])], 1)
+    x = torch.stack([torch.cat([row[:k], torch.zeros_like(row[k:])]) for row, k in zip(x, lengths.tolist())])
+    pos, out = lengths.clone(), [[] for _ in range(n)]
+    for _ in range(max_new):
+        mask = (torch.arange(x.shape[1])[None] < pos[:, None]).long()
+        nxt = model(inputs_embeds=x, attention_mask=mask).logits[torch.arange(n), pos - 1].argmax(-1)
+        x[torch.arange(n), pos] = embed(nxt)
+        pos += 1
+        for row, t in zip(out, nxt.tolist()):
+            if not row or row[-1] != eos_id:
+                row.append(t)
+        if all(row and row[-1] == eos_id for row in out):
+            break
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world", type=Path, required=True, help="a mini world folder (data/mini_world.py)")
@@ -121,6 +159,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="start each sample with BOS, as the VLM and lm_pretrain.data=scenes do (runs 31-37: without)")
     p.add_argument("--sign-slot", action="store_true",
                    help="the slot under a scene's sign also holds \"sign\" and its word, as lm_pretrain.sign_slot trains")
+    p.add_argument("--boxes", action="store_true",
+                   help="also RefCOCO's questions (kind box, scored at IoU >= 0.5), as lm_pretrain.box_questions trains")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save", type=Path, help="write the trained LM and its tokenizer here")
     args = p.parse_args(argv)
@@ -134,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     embed = model.get_input_embeddings()
     width = embed.embedding_dim
     objects = object_phrases(args.world, (GRID, GRID), args.sign_slot)
-    train, test, describe = samples(args.world, args.holdout)
+    train, test, describe = samples(args.world, args.holdout, args.boxes)
     test = test[:args.test]
     if args.prose:  # lm_text.txt: one line per training scene, in scenes.json's order
         lines = text_lines(args.world, "lm_text.txt")
@@ -181,10 +221,23 @@ def main(argv: list[str] | None = None) -> None:
 
     majority = {k: collections.Counter(a for _, _, a, q in train if kind(q) == k).most_common(1)[0][0]
                 for k in {kind(q) for *_, q in train}}
-    prior = collections.Counter(kind(q) for _, _, a, q in test if a == majority[kind(q)])
+    def correct(k: str, answer: str, truth: str) -> bool:
+        if k != "box":
+            return answer == truth
+        box = parse_box(answer)
+        return box is not None and iou(box, parse_box(truth)) >= 0.5
+
+    prior = collections.Counter(kind(q) for _, _, a, q in test if correct(kind(q), majority[kind(q)], a))
     counts = collections.Counter(kind(q) for *_, q in test)
     print("prior", round(sum(prior.values()) / len(test), 3), {k: round(prior[k] / counts[k], 2) for k in counts},
           "items", dict(counts), flush=True)
+
+    def generate(items, max_new: int) -> list[str]:
+        """Greedy continuations of (image, prompt) items, each up to EOS or `max_new` tokens."""
+        x, mask, _ = batch([(name, prompt, "", "") for name, prompt in items])
+        ends = mask.sum(1) - 1  # each prompt's length (the empty answer's EOS is left out)
+        rows = greedy_continuations(model, x, ends, max_new, tok.eos_token_id)
+        return [tok.decode([t for t in row if t != tok.eos_token_id]) for row in rows]
 
     @torch.no_grad()
     def evaluate():
@@ -196,7 +249,12 @@ def main(argv: list[str] | None = None) -> None:
             pred = model(inputs_embeds=x, attention_mask=mask).logits[:, :-1].argmax(-1)
             target = labels[:, 1:]
             ok = ((pred == target) | (target == -100)).all(1)
-            right.update(kind(q) for (*_, q), good in zip(items, ok.tolist()) if good)
+            right.update(kind(q) for (*_, q), good in zip(items, ok.tolist()) if good and kind(q) != "box")
+        boxes = [item for item in test if kind(item[3]) == "box"]
+        for i in range(0, len(boxes), 64):
+            items = boxes[i:i + 64]
+            said = generate([(name, prompt) for name, prompt, *_ in items], max_new=32)
+            right.update("box" for (*_, a, _), text in zip(items, said) if correct("box", text, a))
         model.train()
         return round(sum(right.values()) / len(test), 3), {k: round(right[k] / counts[k], 2) for k in counts}
 

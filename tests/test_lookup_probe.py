@@ -1,5 +1,6 @@
 """scripts/lookup_probe.py: held-out images kept apart, and a 2-step probe on a small world trains, evaluates
-against the per-kind prior and saves a loadable LM (the object layout: tests/vlm/test_scene_samples.py)."""
+against the per-kind prior and saves a loadable LM, `--boxes` adds RefCOCO's questions, and its greedy decoding is transformers' own (the object
+layout: tests/vlm/test_scene_samples.py)."""
 import pytest
 import torch
 
@@ -99,3 +100,40 @@ def test_projector_objects_train_only_the_projector_when_the_lm_is_frozen(world,
     with pytest.raises(SystemExit, match="leave --background at none"):
         main(["--world", str(world), "--lm", str(lm), "--steps", "0", "--holdout", "4", "--objects", "projector",
               "--background", "const"])
+
+
+def test_boxes_are_asked_with_their_annotated_box_and_reported_as_a_kind(world, capsys):
+    import json
+
+    from vlm.tiny import ensure_tiny
+
+    train, test, _ = samples(world, holdout=4, boxes=True)
+    boxes = [(image, a, q) for image, _, a, q in train + test if kind(q) == "box"]
+    from vlm.prompting import strip_image_placeholder
+
+    refs = {(str(r["image"]), strip_image_placeholder(t["value"])): a["value"] for r in json.loads((world / "instruct.json").read_text())
+            for t, a in zip(r["conversations"][::2], r["conversations"][1::2]) if "bounding box" in t["value"]}
+    assert len(boxes) == len(refs) and all(a == " " + refs[image, q] for image, a, q in boxes)
+    assert not any(kind(q) == "box" for *_, q in samples(world, holdout=4)[0])  # only with --boxes
+    lm = ensure_tiny("mini_llama_base")
+    capsys.readouterr()
+    main(["--world", str(world), "--lm", str(lm), "--steps", "0", "--holdout", "4", "--test", "40", "--bos", "--boxes",
+          "--background", "zeros"])
+    prior, first = capsys.readouterr().out.splitlines()[-2:]
+    assert "'box'" in prior and "'box'" in first
+
+
+def test_greedy_continuations_are_transformers_greedy_generation():
+    from transformers import AutoModelForCausalLM
+
+    from scripts.lookup_probe import greedy_continuations
+    from vlm.tiny import ensure_tiny
+
+    model = AutoModelForCausalLM.from_pretrained(ensure_tiny("mini_llama_base")).eval()
+    torch.manual_seed(0)
+    x, lengths = torch.randn(3, 9, model.config.hidden_size), torch.tensor([9, 4, 6])
+    got = greedy_continuations(model, x, lengths, max_new=5, eos_id=model.config.eos_token_id)
+    for row, k, ids in zip(x, lengths.tolist(), got):
+        reference = model.generate(inputs_embeds=row[None, :k], max_new_tokens=5, do_sample=False, min_new_tokens=0,
+                                   eos_token_id=model.config.eos_token_id, pad_token_id=model.config.eos_token_id)
+        assert ids == reference[0].tolist()[:len(ids)] and len(ids) == min(5, len(reference[0]))

@@ -127,6 +127,41 @@ def test_extra_questions_come_from_every_family_and_answer_as_the_scene_does(wor
     assert "yes" in pope and "no" in pope
 
 
+def test_box_questions_answer_with_the_referred_objects_box(world):
+    scenes = json.loads((world / "scenes.json").read_text())["train"]
+    plain = extra_scene_questions(world, 12)
+    asked = extra_scene_questions(world, 12, boxes=True)
+    assert not any("bounding box" in q for pairs in plain.values() for q, _ in pairs)
+    checked = 0
+    for image, pairs in asked.items():
+        scene = scenes[image]
+        for question, answer in pairs:
+            if not question.startswith("Please provide the bounding box coordinate of the region this sentence "
+                                       "describes: the "):
+                continue
+            words = question.split(": the ")[1].split()
+            if len(words) > 3:  # a relation to another object: the referent is the scene generator's to say
+                continue
+            wanted = {"shape": words[-1], **({"size": words[0]} if words[0] in ("small", "large") else {}),
+                      **({"color": words[-2]} if len(words) > 1 and words[-2] not in ("small", "large") else {})}
+            (o,) = [o for o in scene["objects"] if all(o[k] == v for k, v in wanted.items())]  # the one referent
+            x, y, w, h = o["bbox"]
+            W, H = scene["width"], scene["height"]  # the box as fractions of the canvas, 2 decimals (LLaVA-1.5)
+            assert answer == f"[{x / W:.2f}, {y / H:.2f}, {(x + w) / W:.2f}, {(y + h) / H:.2f}]", (image, question)
+            checked += 1
+    assert checked >= 10
+
+
+def test_box_questions_without_generated_questions_are_refused(world, lm):
+    from transformers import AutoTokenizer
+
+    from vlm.pretrain.lm_task import scenes_of
+
+    cfg = scene_cfg(world, "lm_pretrain.box_questions=true")
+    with pytest.raises(ValueError, match="lm_pretrain.extra_questions"):
+        scenes_of(cfg.lm_pretrain, world, AutoTokenizer.from_pretrained(lm))
+
+
 def test_samples_carry_the_extra_questions_and_the_sign_word(world, lm):
     from transformers import AutoTokenizer
 

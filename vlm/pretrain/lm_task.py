@@ -16,7 +16,8 @@ Data (`lm_pretrain.data`):
   0/0 NaN of transformers' mean loss trained with), and a warning says so once; the core stops a run on a
   NaN loss, so the 0 keeps such runs going while any real divergence still stops them;
 - `scenes`: the world's captions, prose lines and `lm_pretrain.questions_per_scene` one-word questions per
-  training scene (and `lm_pretrain.extra_questions` generated ones of every family but RefCOCO), each after the
+  training scene (and `lm_pretrain.extra_questions` generated ones of every family but RefCOCO, with
+  `lm_pretrain.box_questions` RefCOCO's boxes too), each after the
   scene's objects given as one vector per patch slot (with `lm_pretrain.sign_slot`, the sign's word too;
   vlm/pretrain/scene_samples.py; the last `lm_pretrain.holdout` scenes held out), in `lm_pretrain.prompt_format`,
   loss on the answers; with `lm_pretrain.slot_background` > 0, a random vector per sample is added to every slot
@@ -122,10 +123,14 @@ def heldout_split(items: list, holdout: int, what: str) -> tuple[list, list]:
 
 def scenes_of(block: DictConfig, world: Path, tokenizer) -> list:
     """The scene samples `lm_pretrain` describes (vlm/pretrain/scene_samples.py), in its prompt format."""
+    if block.get("box_questions", False) and not int(block.get("extra_questions", 0)):
+        raise ValueError("lm_pretrain.box_questions=true adds RefCOCO to the generated questions, and none are "
+                         "generated: set lm_pretrain.extra_questions (e.g. 8) too")
     return scene_samples(world, tokenizer, build_prompt_format(str(block.prompt_format), tokenizer),
                          int(block.questions_per_scene), int(block.holdout), int(block.block_size),
                          extra_questions=int(block.get("extra_questions", 0)),
-                         sign_slot=bool(block.get("sign_slot", False)))
+                         sign_slot=bool(block.get("sign_slot", False)),
+                         box_questions=bool(block.get("box_questions", False)))
 
 
 def with_scene_samples(dialogue: list, scenes: list, share: float, seed: int) -> list:

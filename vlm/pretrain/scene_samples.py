@@ -8,8 +8,9 @@ the slot under the sign's centre also holds "sign" and the sign's word (the read
 encoder + projector would have to deliver there). The text is the scene's caption (`align.json`), its prose line
 (`lm_text.txt`), one of its one-word questions (`instruct.json` without the box and description turns) or, with
 `extra_questions` > 0, one of that many further questions generated from the scene for every family but RefCOCO
-in turn (`extra_scene_questions`), with the loss on the answer. The LM reads nothing but its own word
-embeddings, and learns to look objects up among patch slots by their words: the in-context lookup a real base LM
+in turn (`extra_scene_questions`; with `box_questions`, RefCOCO's too: a referring expression answered by the
+object's box, which the LM can only place from the slot the object sits in), with the loss on the answer. The LM
+reads nothing but its own word embeddings, and learns to look objects up among patch slots by their words: the in-context lookup a real base LM
 arrives with, which a VLM cell then only has to point its projector at (docs/reproduction.md, runs 31-37).
 
 A sample is `(input_ids, labels, slot_words)`: `slot_words` maps each slot's position in `input_ids` (its token is
@@ -72,19 +73,22 @@ def one_word_questions(world: Path) -> dict[str, list[tuple[str, str]]]:
     return questions
 
 
-def extra_scene_questions(world: Path, per_scene: int, seed: int = 0) -> dict[str, list[tuple[str, str]]]:
+def extra_scene_questions(world: Path, per_scene: int, seed: int = 0,
+                          boxes: bool = False) -> dict[str, list[tuple[str, str]]]:
     """`per_scene` (prompt, answer) pairs per training scene, generated from the scene by the benchmark families'
     question forms (data/mini_world_questions.py `ASK`, asked as their runners ask) of `ASKED_FAMILIES`, VQAv2's
     split by its question kinds (colour, shape, size, position, count, exists): the groups in turn from a random
     first one, a question drawn at random from the group each time, so that no kind is as rare as colour is among
     instruct.json's questions. POPE's are half present objects ("yes"), half absent colour-shape pairs ("no"); a
-    group the scene gives no question (TextVQA without a sign) is left out of its turn. Seeded: the same world gives
+    group the scene gives no question (TextVQA without a sign) is left out of its turn. With `boxes`, RefCOCO is one
+    more group (its referring expressions, answered by the box as its runner reads it). Seeded: the same world gives
     the same pairs."""
     rng = np.random.default_rng(seed)
+    families = ASKED_FAMILIES + (("refcoco",) if boxes else ())
     out: dict[str, list[tuple[str, str]]] = {}
     for image, scene in scenes(world, "train").items():
         groups: dict[tuple[str, str], list[dict]] = {}
-        for family in ASKED_FAMILIES:
+        for family in families:
             for q in ASK[family](scene, rng):
                 groups.setdefault((family, q.get("kind", "")), []).append(q)
         absent = [{"question": pope_question(c, s), "answer": "no"} for c, s in absent_pairs(scene)]
@@ -99,7 +103,8 @@ def extra_scene_questions(world: Path, per_scene: int, seed: int = 0) -> dict[st
     return out
 
 
-def scene_texts(world: Path, questions_per_scene: int, extra_questions: int = 0) -> list[tuple[str, str, str]]:
+def scene_texts(world: Path, questions_per_scene: int, extra_questions: int = 0,
+                box_questions: bool = False) -> list[tuple[str, str, str]]:
     """(image, prompt, answer) of every training scene: its caption, its prose line, its first
     `questions_per_scene` one-word questions and `extra_questions` generated ones, in scenes.json's order."""
     names = list(scenes(world, "train"))
@@ -108,7 +113,7 @@ def scene_texts(world: Path, questions_per_scene: int, extra_questions: int = 0)
         raise ValueError(f"{world / 'lm_text.txt'} has {len(prose)} lines for {len(names)} training scenes; "
                          "delete the world folder so that data/mini_world.py writes it again")
     questions = one_word_questions(world)
-    extra = extra_scene_questions(world, extra_questions) if extra_questions else {}
+    extra = extra_scene_questions(world, extra_questions, boxes=box_questions) if extra_questions else {}
     captions = dict(caption_records(world))
     out = []
     for image, line in zip(names, prose):
@@ -119,7 +124,8 @@ def scene_texts(world: Path, questions_per_scene: int, extra_questions: int = 0)
 
 def scene_samples(world: Path, tokenizer, fmt, questions_per_scene: int, holdout: int, max_length: int,
                   grid: tuple[int, int] = (8, 8), extra_questions: int = 0,
-                  sign_slot: bool = False) -> list[tuple[list[int], list[int], dict[int, list[int]]]]:
+                  sign_slot: bool = False,
+                  box_questions: bool = False) -> list[tuple[list[int], list[int], dict[int, list[int]]]]:
     """The training samples of the scenes but the last `holdout` (kept apart for a held-out figure), cut to
     `max_length` tokens after the slots. Two things under one patch (a sign over an object's cell) share its slot."""
     objects = object_phrases(world, grid, sign_slot)
@@ -133,7 +139,7 @@ def scene_samples(world: Path, tokenizer, fmt, questions_per_scene: int, holdout
         return word_ids[word]
 
     out = []
-    for image, question, answer in scene_texts(world, questions_per_scene, extra_questions):
+    for image, question, answer in scene_texts(world, questions_per_scene, extra_questions, box_questions):
         if image in held:
             continue
         ids, labels = fmt.build([("human", question), ("gpt", answer)])
