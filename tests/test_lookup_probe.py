@@ -1,6 +1,6 @@
 """scripts/lookup_probe.py: held-out images kept apart, and a 2-step probe on a small world trains, evaluates
-against the per-kind prior and saves a loadable LM, `--boxes` adds RefCOCO's questions, and its greedy decoding is transformers' own (the object
-layout: tests/vlm/test_scene_samples.py)."""
+against the per-kind prior and saves a loadable LM, `--boxes` adds RefCOCO's questions, and its greedy decoding
+is transformers' own (the object layout: tests/vlm/test_scene_samples.py)."""
 import pytest
 import torch
 
