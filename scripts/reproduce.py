@@ -15,8 +15,9 @@ Where things go, under OUT (default `reproduction/<study>/`, `--out` for trials 
 - `cells/<cell>-seed<S>.json`: the cell's result: `metrics` (`benchmark/metric` -> value in percent, every
   metric the run reported), `items` (per benchmark, every item's score from the scorer's `score_*_items`),
   `main_metric` per benchmark, `train_flops` (the core's FLOP counter: results.json `train.<phase>/train_flops`),
-  `components` (the tiny flavours' weight fingerprints), `wall_time_s`, `run_dir` and the `overrides` it ran with.
-  A cell/seed whose result file exists is not rerun; no cell trains beside finished ones whose fingerprints are
+  `components` (the tiny flavours' weight fingerprints), `machine` (the CPU it trained on and the instruction set
+  torch's kernels used: a rerun reproduces the cell only on that kind), `wall_time_s`, `run_dir` and the
+  `overrides` it ran with. A cell/seed whose result file exists is not rerun; no cell trains beside finished ones whose fingerprints are
   not the cache's;
 - `logs/<cell>-seed<S>.log` (git-ignored) and `last_run.json` (the latest whole-study invocation: wall time, jobs,
   the cell runs it trained and those that failed);
@@ -84,6 +85,24 @@ def components(cfg) -> dict[str, str]:
     return {name: fingerprint(name) for name in sorted(set(re.findall(rf"{TINY_PREFIX}([\w.-]+)", text)))}
 
 
+def machine() -> dict[str, str]:
+    """The CPU this process runs on (/proc/cpuinfo's model name and vendor where there is one) and the instruction
+    set torch's CPU kernels dispatch to: seeded training writes the same weights again only on the same kind."""
+    import platform
+
+    import torch
+
+    info = {}
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+    return {"cpu": info.get("model name") or platform.processor() or platform.machine(),
+            "vendor": info.get("vendor_id", ""), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "torch": torch.__version__}
+
+
 def check_components(out: Path) -> None:
     """Before a cell trains: refuse if a finished cell under `out` was trained on other weights than the cache's
     flavours (seeded pretraining gives other weights on another kind of CPU, and such cells are not comparable
@@ -97,7 +116,8 @@ def check_components(out: Path) -> None:
             if name not in current:
                 current[name] = fingerprint(name)
             if current[name] != recorded:
-                stale.append(f"{r['cell']}-seed{r['seed']} ({name} {recorded}, the cache's {current[name]})")
+                on = f", trained on {r['machine']['cpu']} ({r['machine']['torch_cpu_capability']})" if "machine" in r else ""
+                stale.append(f"{r['cell']}-seed{r['seed']} ({name} {recorded}, the cache's {current[name]}{on})")
     if stale:
         raise SystemExit(f"error: {len(stale)} finished cell runs were trained on other component weights than the "
                          f"cache holds: {'; '.join(stale)}\n  fix: move their cells/*.json aside and rerun them on "
@@ -147,7 +167,8 @@ def run_cell(study: str, cell: str, seed: int, out: Path, extra: list[str]) -> d
                          f"{[b for b, m in benchmarks.items() if m is None] or 'eval.benchmarks (empty)'}")
     items, main = item_scores(cfg, run_dir, benchmarks)
     result = {"cell": cell, "seed": seed, "metrics": flat_metrics(benchmarks), "main_metric": main,
-              "train_flops": train_flops(results), "components": components(cfg), "wall_time_s": round(wall, 1),
+              "train_flops": train_flops(results), "components": components(cfg), "machine": machine(),
+              "wall_time_s": round(wall, 1),
               "run_dir": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir), "overrides": extra, "items": items}
     write_json(path, result)
     return result

@@ -105,6 +105,10 @@ def test_one_cell_end_to_end(one_cell):
     assert len(items) == 8 and round(100 * sum(items.values()) / 8, 2) == reported["accuracy"]
     assert result["main_metric"] == {"mini_vqav2": "accuracy"} and result["seed"] == 0
     assert result["train_flops"] > 1e6 and result["wall_time_s"] > 0 and result["overrides"] == HOOK
+    import torch
+
+    assert result["machine"]["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert result["machine"]["cpu"] and result["machine"]["torch"] == torch.__version__
 
 
 def test_a_finished_cell_is_not_retrained_and_the_study_writes_results_csv(one_cell, monkeypatch, capsys):
@@ -140,9 +144,11 @@ def test_finished_cells_trained_on_other_component_weights_are_refused(one_cell,
     assert result["components"] == {"mini_clip": fingerprint("mini_clip"), "mini_llama_base": fingerprint("mini_llama_base")}
     (tmp_path / "cells").mkdir()
     cell_file = tmp_path / "cells" / "base-seed0.json"
-    cell_file.write_text(json.dumps({**result, "components": {**result["components"], "mini_clip": "0" * 16}}))
+    cell_file.write_text(json.dumps({**result, "components": {**result["components"], "mini_clip": "0" * 16},
+                                     "machine": {**result["machine"], "cpu": "Some CPU", "torch_cpu_capability": "AVX2"}}))
     for args in (["--cells", "base", "--seeds", "0", "1"], ["--cell", "base", "--seed", "1"]):  # seed 1 would train
-        with pytest.raises(SystemExit, match=r"other component weights than the cache holds: base-seed0 \(mini_clip 0{16}"):
+        with pytest.raises(SystemExit, match=r"other component weights than the cache holds: base-seed0 \(mini_clip 0{16}, "
+                           r"the cache's \w+, trained on Some CPU \(AVX2\)\)"):
             reproduce.main(["prismatic_mini", *args, "--out", str(tmp_path), "--", *HOOK])
     assert not (tmp_path / "cells" / "base-seed1.json").exists()
     assert reproduce.main(["prismatic_mini", "--cell", "base", "--seed", "0", "--out", str(tmp_path)]) == 0  # shown, not mixed
