@@ -63,8 +63,8 @@ def samples(world: Path, holdout: int, boxes: bool = False):
     """(train questions, held-out questions, describe targets): each (image, prompt, answer, question)."""
     asked = one_word_questions(world)
     if boxes:
-        boxes = box_questions(world)
-        asked = {image: pairs + boxes.get(image, []) for image, pairs in asked.items()}
+        by_image = box_questions(world)
+        asked = {image: pairs + by_image.get(image, []) for image, pairs in asked.items()}
     held = set(list(asked)[-holdout:])
     questions = [(image, f"In: {strip_image_placeholder(q)}\nOut:", " " + a, strip_image_placeholder(q))
                  for image, pairs in asked.items() for q, a in pairs]
@@ -221,6 +221,7 @@ def main(argv: list[str] | None = None) -> None:
 
     majority = {k: collections.Counter(a for _, _, a, q in train if kind(q) == k).most_common(1)[0][0]
                 for k in {kind(q) for *_, q in train}}
+
     def correct(k: str, answer: str, truth: str) -> bool:
         if k != "box":
             return answer == truth
