@@ -33,9 +33,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from data.atomic import read_json
 from eval.scorers.refcoco import iou, parse_box
-from vlm.pretrain.scene_samples import object_phrases, one_word_questions
+from vlm.pretrain.scene_samples import box_turns, object_phrases, one_word_questions
 from vlm.prompting import strip_image_placeholder
 from vlm.pretrain.world import caption_records, text_lines
 
@@ -49,21 +48,11 @@ def kind(question: str) -> str:
     return next(name for name, prefix in KINDS if question.startswith(prefix))
 
 
-def box_questions(world: Path) -> dict[str, list[tuple[str, str]]]:
-    """instruct.json's RefCOCO turns (referring expression -> box) per image."""
-    out: dict[str, list[tuple[str, str]]] = {}
-    for record in read_json(world / "instruct.json"):
-        turns = record.get("conversations", [])
-        out.setdefault(str(record.get("image")), []).extend(
-            (q["value"], a["value"]) for q, a in zip(turns[::2], turns[1::2]) if "bounding box" in q["value"])
-    return out
-
-
 def samples(world: Path, holdout: int, boxes: bool = False):
     """(train questions, held-out questions, describe targets): each (image, prompt, answer, question)."""
     asked = one_word_questions(world)
     if boxes:
-        by_image = box_questions(world)
+        by_image = box_turns(world)
         asked = {image: pairs + by_image.get(image, []) for image, pairs in asked.items()}
     held = set(list(asked)[-holdout:])
     questions = [(image, f"In: {strip_image_placeholder(q)}\nOut:", " " + a, strip_image_placeholder(q))

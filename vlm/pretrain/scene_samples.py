@@ -62,15 +62,24 @@ def object_phrases(world: Path, grid: tuple[int, int] = (8, 8),
     return out
 
 
-def one_word_questions(world: Path) -> dict[str, list[tuple[str, str]]]:
-    """instruct.json's (question, answer) turns per image, in file order, without the box and description turns."""
+def instruct_turns(world: Path, keep) -> dict[str, list[tuple[str, str]]]:
+    """instruct.json's (question, answer) turns per image, in file order, those whose question `keep` accepts."""
     questions: dict[str, list[tuple[str, str]]] = {}
     for record in read_json(world / "instruct.json"):
         turns = record.get("conversations", [])
-        asked = [(q["value"], a["value"]) for q, a in zip(turns[::2], turns[1::2])
-                 if "bounding box" not in q["value"] and not q["value"].endswith(CAPTION_PROMPT)]
+        asked = [(q["value"], a["value"]) for q, a in zip(turns[::2], turns[1::2]) if keep(q["value"])]
         questions.setdefault(str(record.get("image")), []).extend(asked)
     return questions
+
+
+def one_word_questions(world: Path) -> dict[str, list[tuple[str, str]]]:
+    """instruct.json's (question, answer) turns per image, in file order, without the box and description turns."""
+    return instruct_turns(world, lambda q: "bounding box" not in q and not q.endswith(CAPTION_PROMPT))
+
+
+def box_turns(world: Path) -> dict[str, list[tuple[str, str]]]:
+    """instruct.json's RefCOCO turns (referring expression -> box) per image, in file order."""
+    return instruct_turns(world, lambda q: "bounding box" in q)
 
 
 def extra_scene_questions(world: Path, per_scene: int, seed: int = 0,
