@@ -27,9 +27,10 @@ from core.weights import sha256
 from data.atomic import atomic_directory, write_json
 from data.cache import cache_root
 
-# 7: what ensure_tiny writes from this code; the version-6 LM folders of the earlier sessions' caches were
-# calibration runs' exports copied in, which an empty cache does not give back (docs/reproduction.md).
-VERSION = 7
+# 8: the LM chain's scene stages add generated questions for every family (RefCOCO's answered by a box) and the
+# sign's word in its slot, and the instruct stage keeps half scene samples (docs/reproduction.md, runs 233 ff.).
+# Version 7 (the committed study's components) is what commit b42f71f writes.
+VERSION = 8
 
 
 def flavours() -> list[str]:
