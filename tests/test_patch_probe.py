@@ -2,9 +2,9 @@
 and tested on (the probes themselves are checked by hand in tests/vlm/test_pretrain.py)."""
 import json
 
-from data.mini_world import ensure
 import numpy as np
 
+from data.mini_world import ensure
 from scripts.patch_probe import feature_geometry, main
 
 
