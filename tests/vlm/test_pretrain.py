@@ -76,6 +76,27 @@ def test_encoder_objective_trains_and_exports(tmp_path, objective):
     assert np.isfinite(before) and after < before
 
 
+def test_siglip_scale_and_bias_inits_reach_open_clips_loss():
+    """`init_logit_scale` / `init_logit_bias` set SigLIP's learned scale and bias, and the batch loss open_clip's
+    SigLipLoss computes is the hand-written sum of every pair's -log sigmoid(sign * (scale * cos + bias)) over rows."""
+    import torch.nn.functional as F
+
+    from vlm.pretrain.objectives import build_objective
+
+    torch.manual_seed(0)
+    model = build_objective("siglip", 64, settings={"init_logit_scale": 30.0, "init_logit_bias": -2.0})
+    assert model.logit_scale.exp().item() == pytest.approx(30.0) and model.logit_bias.item() == -2.0
+    assert build_objective("siglip", 64).logit_scale.exp().item() == pytest.approx(10.0)  # SigLIP's own init
+    assert build_objective("clip", 64).logit_scale.exp().item() == pytest.approx(1 / 0.07)
+    batch = {"pixel_values": torch.randn(4, 3, 64, 64), "text": torch.randint(1, 400, (4, model.context_length))}
+    with torch.no_grad():
+        image, text = model.encode_image(batch["pixel_values"]), model.encode_text(batch["text"])
+        logits = 30.0 * image @ text.T - 2.0
+        by_hand = sum(-F.logsigmoid(torch.tensor(1.0 if i == j else -1.0) * logits[i, j])
+                      for i in range(4) for j in range(4)) / 4
+        assert model.loss(batch).item() == pytest.approx(by_hand.item(), rel=1e-5)
+
+
 def test_lm_pretrain_base_and_instruct(tmp_path):
     from vlm.backbones import HFBackbone
 

@@ -57,8 +57,11 @@ class ContrastiveObjective(nn.Module):
     """CLIP / SigLIP: image tower + tiny open_clip text tower, contrastive loss from open_clip."""
 
     def __init__(self, tower: nn.Module, kind: str, embed_dim: int = 64, context_length: int = 32,
-                 text_width: int = 64, text_heads: int = 2, text_layers: int = 2, init_logit_bias: float = -10.0):
-        """`init_logit_bias` (SigLIP): the initial bias, SigLIP's -10 by default (see conf/task_train/encoder_pretrain.yaml)."""
+                 text_width: int = 64, text_heads: int = 2, text_layers: int = 2, init_logit_bias: float = -10.0,
+                 init_logit_scale: float | None = None):
+        """`init_logit_bias` (SigLIP): the initial bias, SigLIP's -10 by default (see conf/task_train/encoder_pretrain.yaml).
+        `init_logit_scale`: the initial scale (the learned log is its log), by default each loss's published init:
+        CLIP 1/0.07, SigLIP 10."""
         from open_clip.loss import ClipLoss, SigLipLoss
         from open_clip.transformer import TextTransformer
 
@@ -72,11 +75,11 @@ class ContrastiveObjective(nn.Module):
                                     layers=text_layers, output_dim=embed_dim)
         self.context_length = context_length
         if kind == "clip":
-            self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / 0.07)))
+            self.logit_scale = nn.Parameter(torch.tensor(math.log(init_logit_scale or 1 / 0.07)))
             self.logit_bias = None
             self.criterion = ClipLoss()
         else:
-            self.logit_scale = nn.Parameter(torch.tensor(math.log(10.0)))
+            self.logit_scale = nn.Parameter(torch.tensor(math.log(init_logit_scale or 10.0)))
             self.logit_bias = nn.Parameter(torch.tensor(float(init_logit_bias)))
             self.criterion = SigLipLoss()
 
