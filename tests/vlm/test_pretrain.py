@@ -242,3 +242,18 @@ def test_pretrained_flavours_load_like_hub_models_and_rewrite_identically(tmp_pa
     with torch.no_grad():
         step = (backbone.model.model.layers[0].mlp.up_proj.weight - base_lm.model.layers[0].mlp.up_proj.weight).abs().max()
     assert 0 < float(step) < 0.01  # a few smoke steps away from the base weights, not a fresh init (std ~0.07)
+
+
+def test_a_flavour_revision_moves_only_that_flavours_folder(tmp_path):
+    from core.conf import group_option
+    from data.atomic import read_json
+    from vlm.tiny import VERSION, ensure_tiny
+
+    assert group_option("tiny", "mini_siglip").revision == 2 and "revision" not in group_option("tiny", "mini_mae")
+    siglip = ensure_tiny("mini_siglip", root=tmp_path)  # `revision` is the cache's, not a writer argument
+    assert siglip.name == f"mini_siglip-v{VERSION}-r2-smoke"
+    assert ensure_tiny("mini_mae", root=tmp_path).name == f"mini_mae-v{VERSION}-smoke"  # revision 1: the plain name
+    assert read_json(siglip / "done.json") == {"name": "mini_siglip", "version": VERSION, "revision": 2}
+    pretraining = read_json(siglip / "pretraining.json")
+    assert "stage.phases.pretrain.optim.lr=3.0e-4" in pretraining["overrides"]
+    assert pretraining["overrides"][-1] == "encoder_pretrain.holdout=8"  # the smoke caps come last and win

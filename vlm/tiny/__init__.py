@@ -6,6 +6,11 @@ on first load in `$REFRACT_CACHE/tiny/NAME-vVERSION/` (default
 `~/.cache/refract/tiny/`) and reused afterwards. Composing, resolving or
 hashing a config writes nothing.
 
+VERSION changes every flavour's folder (a new LM chain rewrites them all). A
+flavour whose own recipe changes sets `revision: N` in its yaml instead: its
+folder becomes `NAME-vVERSION-rN` and no other flavour's cache moves (revision 1,
+the default, keeps the plain name).
+
 Each flavour is registered by conf/tiny/NAME.yaml, whose `_target_` is its
 writer: vlm/tiny/vision.py (timm and open_clip image encoders) or
 vlm/tiny/text.py (transformers language backbones), seeded, with tokenizers
@@ -42,12 +47,13 @@ def ensure_tiny(name: str, root: Path | None = None) -> Path:
     """Folder of the tiny checkpoint `name`, written (atomically) on first use. Writing seeds its own RNG
     inside `torch.random.fork_rng`: whether the cache existed never changes the caller's random state."""
     writer = group_option("tiny", name)  # ValueError naming the choices for an unknown flavour
+    revision = int(writer.pop("revision", 1))  # the flavour's own recipe changes; not the writer's argument
     smoke = "-smoke" if "smoke_overrides" in writer and os.environ.get("REFRACT_TINY_SMOKE") == "1" else ""  # pretrained.py
-    out = (root or cache_root()) / "tiny" / f"{name}-v{VERSION}{smoke}"
+    out = (root or cache_root()) / "tiny" / f"{name}-v{VERSION}{f'-r{revision}' if revision != 1 else ''}{smoke}"
     if not (out / "done.json").exists():
         with atomic_directory(out) as tmp, torch.random.fork_rng(devices=[]):
             instantiate(writer, out=tmp)
-            write_json(tmp / "done.json", {"name": name, "version": VERSION})
+            write_json(tmp / "done.json", {"name": name, "version": VERSION, "revision": revision})
     return out
 
 
