@@ -256,4 +256,4 @@ def test_a_flavour_revision_moves_only_that_flavours_folder(tmp_path):
     assert read_json(siglip / "done.json") == {"name": "mini_siglip", "version": VERSION, "revision": 2}
     pretraining = read_json(siglip / "pretraining.json")
     assert "stage.phases.pretrain.optim.lr=3.0e-4" in pretraining["overrides"]
-    assert pretraining["overrides"][-1] == "encoder_pretrain.holdout=8"  # the smoke caps come last and win
+    assert pretraining["overrides"][-1] == "encoder_pretrain.holdout=8"  # smoke overrides appended (trainer.max_steps=2 caps the 3,200)
