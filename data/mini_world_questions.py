@@ -35,6 +35,18 @@ PROMPTS = {  # family -> (template around the question, suffix): as the conf/ben
 FAMILIES = tuple(PROMPTS)
 
 
+# The kinds of question the families ask, by how the bare question starts (first match): what the lookup probe and
+# scripts/kind_breakdown.py report accuracy by.
+QUESTION_KINDS = [("colour", "What color"), ("size", "What size"), ("shape", "What shape"), ("count", "How many"),
+                  ("exists", "Is there"), ("vsr", "Is the following"), ("relation", "Is the"), ("same", "Are the"),
+                  ("reading", "What"), ("box", "Please provide the bounding box")]
+
+
+def question_kind(question: str) -> str:
+    """'colour', 'relation', ...: the first of `QUESTION_KINDS` whose start the question has."""
+    return next(kind for kind, start in QUESTION_KINDS if question.startswith(start))
+
+
 def prompt(family: str, question: str) -> str:
     template, suffix = PROMPTS[family]
     return template.format(q=question) + suffix

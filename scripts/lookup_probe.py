@@ -33,19 +33,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from data.mini_world_questions import question_kind as kind
 from eval.scorers.refcoco import iou, parse_box
 from vlm.pretrain.scene_samples import box_turns, object_phrases, one_word_questions
 from vlm.prompting import strip_image_placeholder
 from vlm.pretrain.world import caption_records, text_lines
 
-KINDS = [("colour", "What color"), ("size", "What size"), ("shape", "What shape"), ("count", "How many"),
-         ("exists", "Is there"), ("vsr", "Is the following"), ("relation", "Is the"), ("same", "Are the"),
-         ("reading", "What"), ("box", "Please provide the bounding box")]
 GRID = 8  # patches a side at the study's 64-px letterbox
-
-
-def kind(question: str) -> str:
-    return next(name for name, prefix in KINDS if question.startswith(prefix))
 
 
 def samples(world: Path, holdout: int, boxes: bool = False):
