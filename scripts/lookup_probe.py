@@ -18,7 +18,9 @@ at IoU >= 0.5 with the object's, eval/scorers/refcoco.py), against the prior of 
 per attribute value (what a projector would have to learn); `projector`: a real projector (`--projector`) over
 the frozen letterboxed patch features of `--encoder`, in all 64 slots, as in a cell. `--background zeros` puts the
 objects among 64 patch slots (zeros elsewhere), `const` adds one trained vector to all 64 (an untrained projector
-fills every patch), `none` gives the objects alone. `--lm-lr 0` freezes the LM. One thread; prints one line per
+fills every patch), `none` gives the objects alone. `--lm-lr 0` freezes the LM. `--vsr-tilt 0.9 --vsr-tilt-steps N`
+states most VSR training statements as "left of" / "above" (answers flipped to match), annealed to the balanced
+mix by step N: a curriculum for the statement's comparison (docs/reproduction.md, twenty-fifth session). One thread; prints one line per
 evaluation.
 """
 
@@ -34,6 +36,7 @@ import torch
 from torch import nn
 
 from data.mini_world_questions import question_kind as kind
+from data.mini_world_scenes import OPPOSITE
 from eval.scorers.refcoco import iou, parse_box
 from vlm.pretrain.scene_samples import box_turns, object_phrases, one_word_questions
 from vlm.prompting import strip_image_placeholder
@@ -54,6 +57,29 @@ def samples(world: Path, holdout: int, boxes: bool = False):
     describe = [(image, "In: Describe the image.\nOut:", " " + caption, "caption")
                 for image, caption in caption_records(world) if image not in held]
     return [s for s in questions if s[0] not in held], [s for s in questions if s[0] in held], describe
+
+
+FIRST_RELATIONS = ("left of", "above")  # what --vsr-tilt's statements mostly say
+
+
+def tilt_statement(sample: tuple, first: bool) -> tuple:
+    """A VSR training sample stated with a relation of `FIRST_RELATIONS` (`first`) or its opposite: the same
+    pair of objects, the relation word swapped and the answer flipped where it said the other (other kinds as
+    they are)."""
+    image, prompt, answer, question = sample
+    if kind(question) != "vsr":
+        return sample
+    rel = next(r for r in OPPOSITE if f" is {r} the " in question)
+    if (rel in FIRST_RELATIONS) == first:
+        return sample
+    swap = lambda text: text.replace(f" is {rel} the ", f" is {OPPOSITE[rel]} the ")  # noqa: E731
+    return image, swap(prompt), " " + ("no" if answer.strip() == "yes" else "yes"), swap(question)
+
+
+def tilt_share(step: int, start: float, steps: int) -> float:
+    """--vsr-tilt's share of FIRST_RELATIONS statements at `step`: `start`, down linearly to 0.5 (the balanced
+    test's) at `steps`, then 0.5."""
+    return 0.5 if steps <= 0 or step >= steps else start + (0.5 - start) * step / steps
 
 
 def projector_and_features(args, objects: dict, fit_on: set, embed: nn.Embedding, word_ids: dict):
@@ -144,6 +170,11 @@ def main(argv: list[str] | None = None) -> None:
                    help="the slot under a scene's sign also holds \"sign\" and its word, as lm_pretrain.sign_slot trains")
     p.add_argument("--boxes", action="store_true",
                    help="also RefCOCO's questions (kind box, scored at IoU >= 0.5), as lm_pretrain.box_questions trains")
+    p.add_argument("--vsr-tilt", type=float, default=0.5,
+                   help="share of VSR training statements that say left of / above (the rest their opposite, answers "
+                   "flipped to match): above 0.5 the label follows the true relation, so a first-order signal "
+                   "teaches the statement's comparison; annealed to 0.5 over --vsr-tilt-steps")
+    p.add_argument("--vsr-tilt-steps", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save", type=Path, help="write the trained LM and its tokenizer here")
     args = p.parse_args(argv)
@@ -260,7 +291,11 @@ def main(argv: list[str] | None = None) -> None:
             print(step, f"{time.time() - start:.0f}s", "acc", acc, per_kind, flush=True)
         if step == args.steps:
             break
-        x, mask, labels = batch(rng.sample(train, args.batch - n_describe) + rng.sample(describe, n_describe))
+        drawn = rng.sample(train, args.batch - n_describe)
+        if args.vsr_tilt != 0.5:
+            share = tilt_share(step, args.vsr_tilt, args.vsr_tilt_steps)
+            drawn = [tilt_statement(s, rng.random() < share) if kind(s[3]) == "vsr" else s for s in drawn]
+        x, mask, labels = batch(drawn + rng.sample(describe, n_describe))
         loss = model(inputs_embeds=x, attention_mask=mask, labels=labels).loss
         opt.zero_grad()
         loss.backward()

@@ -137,3 +137,27 @@ def test_greedy_continuations_are_transformers_greedy_generation():
         reference = model.generate(inputs_embeds=row[None, :k], max_new_tokens=5, do_sample=False, min_new_tokens=0,
                                    eos_token_id=model.config.eos_token_id, pad_token_id=model.config.eos_token_id)
         assert ids == reference[0].tolist()[:len(ids)] and len(ids) == min(5, len(reference[0]))
+
+
+def test_a_tilted_statement_is_the_generator_s_own_statement_with_its_answer(world):
+    import json
+
+    import numpy as np
+
+    from data.mini_world_questions import ask_vsr
+    from scripts.lookup_probe import FIRST_RELATIONS, tilt_statement, tilt_share
+
+    scenes = json.loads((world / "scenes.json").read_text())["train"]
+    train, _, _ = samples(world, holdout=4)
+    vsr = [s for s in train if kind(s[3]) == "vsr"]
+    assert vsr
+    for sample in vsr:
+        truth = {q["question"]: q["answer"] for q in ask_vsr(scenes[sample[0]], np.random.default_rng(0))}
+        for first in (True, False):
+            image, prompt, answer, question = tilt_statement(sample, first)
+            statement = question.split("true? ")[1].split("\n")[0]
+            assert any(f" is {r} the " in statement for r in FIRST_RELATIONS) == first
+            assert truth[statement] == answer.strip() and statement in prompt and image == sample[0]
+    other = next(s for s in train if kind(s[3]) != "vsr")
+    assert tilt_statement(other, True) is other
+    assert [tilt_share(s, 0.9, 100) for s in (0, 50, 100, 500)] == [0.9, 0.7, 0.5, 0.5]
