@@ -15,7 +15,8 @@ bootstrap 95% interval (eval/intervals.py) per kind:
         --world ~/.cache/refract/datasets/mini_world-8f4a94a0dc5f [--out FILE.md]
 
 The world folder is the one the cells were evaluated on (`python -c "from data.mini_world import ensure; ..."` or
-any cell run writes it); a study whose items are not in that world's files is refused with both named.
+any cell run writes it); a study whose items are not in that world's files is refused, naming the cell, the
+benchmark and the fix.
 """
 
 from __future__ import annotations
