@@ -76,10 +76,29 @@ def tilt_statement(sample: tuple, first: bool) -> tuple:
     return image, swap(prompt), " " + ("no" if answer.strip() == "yes" else "yes"), swap(question)
 
 
-def tilt_share(step: int, start: float, steps: int) -> float:
-    """--vsr-tilt's share of FIRST_RELATIONS statements at `step`: `start`, down linearly to 0.5 (the balanced
-    test's) at `steps`, then 0.5."""
-    return 0.5 if steps <= 0 or step >= steps else start + (0.5 - start) * step / steps
+def stated_first(question: str) -> bool:
+    """Whether a VSR statement states a relation of `FIRST_RELATIONS` (what --vsr-tilt mostly trains)."""
+    return any(f" is {r} the " in question for r in FIRST_RELATIONS)
+
+
+def split_kind(question: str) -> str | None:
+    """A finer kind reported beside `kind`: VSR by its stated relation ("vsr:first" states one of
+    `FIRST_RELATIONS`), relation questions by pairwise choice ("relation:pair", GQA's) or one object's side
+    ("relation:side", VQAv2's); None for the other kinds."""
+    k = kind(question)
+    if k == "vsr":
+        return "vsr:first" if stated_first(question) else "vsr:other"
+    if k == "relation":
+        return "relation:side" if "on the left or on the right" in question else "relation:pair"
+    return None
+
+
+def tilt_share(step: int, start: float, steps: int, hold: int = 0) -> float:
+    """--vsr-tilt's share of FIRST_RELATIONS statements at `step`: `start` until `hold`, then down linearly to 0.5
+    (the balanced test's) at `steps`, then 0.5; `steps` 0: `start` throughout."""
+    if steps <= 0 or step < hold:
+        return start
+    return 0.5 if step >= steps else start + (0.5 - start) * (step - hold) / (steps - hold)
 
 
 def projector_and_features(args, objects: dict, fit_on: set, embed: nn.Embedding, word_ids: dict):
@@ -174,7 +193,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="share of VSR training statements that say left of / above (the rest their opposite, answers "
                    "flipped to match): above 0.5 the label follows the true relation, so a first-order signal "
                    "teaches the statement's comparison; annealed to 0.5 over --vsr-tilt-steps")
-    p.add_argument("--vsr-tilt-steps", type=int, default=0)
+    p.add_argument("--vsr-tilt-steps", type=int, default=0, help="the step the share is back at 0.5 (0: never)")
+    p.add_argument("--vsr-tilt-hold", type=int, default=0, help="keep --vsr-tilt's share until this step, then anneal")
+    p.add_argument("--kinds", nargs="+", help="train and test on these question kinds only (e.g. vsr relation)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save", type=Path, help="write the trained LM and its tokenizer here")
     args = p.parse_args(argv)
@@ -189,6 +210,11 @@ def main(argv: list[str] | None = None) -> None:
     width = embed.embedding_dim
     objects = object_phrases(args.world, (GRID, GRID), args.sign_slot)
     train, test, describe = samples(args.world, args.holdout, args.boxes)
+    if args.kinds:
+        unknown = set(args.kinds) - {kind(q) for *_, q in train}
+        if unknown:
+            raise SystemExit(f"error: --kinds {sorted(unknown)}: no such question kind among the training questions")
+        train, test = ([s for s in rows if kind(s[3]) in args.kinds] for rows in (train, test))
     test = test[:args.test]
     if args.prose:  # lm_text.txt: one line per training scene, in scenes.json's order
         lines = text_lines(args.world, "lm_text.txt")
@@ -244,6 +270,7 @@ def main(argv: list[str] | None = None) -> None:
 
     prior = collections.Counter(kind(q) for _, _, a, q in test if correct(kind(q), majority[kind(q)], a))
     counts = collections.Counter(kind(q) for *_, q in test)
+    sides = collections.Counter(split_kind(q) for *_, q in test if split_kind(q))
     print("prior", round(sum(prior.values()) / len(test), 3), {k: round(prior[k] / counts[k], 2) for k in counts},
           "items", dict(counts), flush=True)
 
@@ -265,13 +292,16 @@ def main(argv: list[str] | None = None) -> None:
             target = labels[:, 1:]
             ok = ((pred == target) | (target == -100)).all(1)
             right.update(kind(q) for (*_, q), good in zip(items, ok.tolist()) if good and kind(q) != "box")
+            right.update(split_kind(q) for (*_, q), good in zip(items, ok.tolist()) if good and split_kind(q))
         boxes = [item for item in test if kind(item[3]) == "box"]
         for i in range(0, len(boxes), 64):
             items = boxes[i:i + 64]
             said = generate([(name, prompt) for name, prompt, *_ in items], max_new=32)
             right.update("box" for (*_, a, _), text in zip(items, said) if correct("box", text, a))
         model.train()
-        return round(sum(right.values()) / len(test), 3), {k: round(right[k] / counts[k], 2) for k in counts}
+        per_kind = {k: round(right[k] / counts[k], 2) for k in counts}
+        return round(sum(right[k] for k in counts) / len(test), 3), per_kind | {
+            k: round(right[k] / sides[k], 2) for k in sides}
 
     lm_lr = args.lr if args.lm_lr is None else args.lm_lr
     inputs = ({"fresh": list(fresh.parameters()), "projector": list(projector.parameters()) if projector else []}
@@ -293,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
             break
         drawn = rng.sample(train, args.batch - n_describe)
         if args.vsr_tilt != 0.5:
-            share = tilt_share(step, args.vsr_tilt, args.vsr_tilt_steps)
+            share = tilt_share(step, args.vsr_tilt, args.vsr_tilt_steps, args.vsr_tilt_hold)
             drawn = [tilt_statement(s, rng.random() < share) if kind(s[3]) == "vsr" else s for s in drawn]
         x, mask, labels = batch(drawn + rng.sample(describe, n_describe))
         loss = model(inputs_embeds=x, attention_mask=mask, labels=labels).loss

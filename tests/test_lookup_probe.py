@@ -1,6 +1,8 @@
 """scripts/lookup_probe.py: held-out images kept apart, and a 2-step probe on a small world trains, evaluates
 against the per-kind prior and saves a loadable LM, `--boxes` adds RefCOCO's questions, and its greedy decoding
 is transformers' own (the object layout: tests/vlm/test_scene_samples.py)."""
+import ast
+
 import pytest
 import torch
 
@@ -161,3 +163,29 @@ def test_a_tilted_statement_is_the_generator_s_own_statement_with_its_answer(wor
     other = next(s for s in train if kind(s[3]) != "vsr")
     assert tilt_statement(other, True) is other
     assert [tilt_share(s, 0.9, 100) for s in (0, 50, 100, 500)] == [0.9, 0.7, 0.5, 0.5]
+    assert [tilt_share(s, 0.9, 100, hold=60) for s in (0, 59, 60, 80, 100)] == pytest.approx([0.9, 0.9, 0.9, 0.7, 0.5])
+    assert [tilt_share(s, 1.0, 0) for s in (0, 10**6)] == [1.0, 1.0]  # steps 0: never annealed
+
+
+def test_split_kinds_name_the_stated_relation_and_the_pairwise_choice():
+    from scripts.lookup_probe import split_kind
+
+    vsr = "Is the following statement about the image true? The red circle is {} the blue square.\nAnswer yes or no."
+    assert [split_kind(vsr.format(r)) for r in ("left of", "above", "right of", "below")] == [
+        "vsr:first", "vsr:first", "vsr:other", "vsr:other"]
+    assert split_kind("Is the red circle to the left or to the right of the blue square?") == "relation:pair"
+    assert split_kind("Is the red circle on the left or on the right?") == "relation:side"
+    assert split_kind("What color is the circle?") is None
+
+
+def test_kinds_trains_and_tests_on_those_kinds_only(world, capsys):
+    from vlm.tiny import ensure_tiny
+
+    lm = ensure_tiny("mini_llama_base")
+    capsys.readouterr()
+    main(["--world", str(world), "--lm", str(lm), "--steps", "0", "--holdout", "4", "--kinds", "vsr", "relation"])
+    prior_line = capsys.readouterr().out.splitlines()[0]
+    items = ast.literal_eval(prior_line.split("items ")[1])  # the per-kind item counts
+    assert set(items) <= {"vsr", "relation"} and items
+    with pytest.raises(SystemExit, match="no such question kind"):
+        main(["--world", str(world), "--lm", str(lm), "--steps", "0", "--holdout", "4", "--kinds", "colour", "vsrr"])
