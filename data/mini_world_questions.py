@@ -47,6 +47,30 @@ def question_kind(question: str) -> str:
     return next(kind for kind, start in QUESTION_KINDS if question.startswith(start))
 
 
+FIRST_RELATIONS = ("left of", "above")  # what a VSR curriculum's tilted statements say (--vsr-tilt, lm_pretrain.vsr_tilt)
+
+
+def stated_first(statement: str) -> bool:
+    """Whether a VSR statement (bare or in its prompt) states a relation of `FIRST_RELATIONS`."""
+    return any(f" is {r} the " in statement for r in FIRST_RELATIONS)
+
+
+def restate_vsr(statement: str, answer: str, first: bool) -> tuple[str, str]:
+    """A VSR statement (bare or in its prompt) and its answer ("yes"/"no", spacing kept) stated with a relation of
+    `FIRST_RELATIONS` (`first`) or its opposite: the same pair of objects, the relation swapped and the answer
+    flipped where it said the other, so the label stays the scene's truth."""
+    rel = next((r for r in OPPOSITE if f" is {r} the " in statement), None)
+    if rel is None:
+        raise ValueError(f"{statement!r} is not a VSR statement (no ' is <relation> the ' in it)")
+    if (rel in FIRST_RELATIONS) == first:
+        return statement, answer
+    word = answer.strip()
+    if word not in ("yes", "no"):
+        raise ValueError(f"{statement!r} has the answer {answer!r}; a VSR statement is answered yes or no")
+    return (statement.replace(f" is {rel} the ", f" is {OPPOSITE[rel]} the "),
+            answer.replace(word, "no" if word == "yes" else "yes"))
+
+
 def prompt(family: str, question: str) -> str:
     template, suffix = PROMPTS[family]
     return template.format(q=question) + suffix

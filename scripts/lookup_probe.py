@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from data.mini_world_questions import restate_vsr, stated_first
 from data.mini_world_questions import question_kind as kind
-from data.mini_world_scenes import OPPOSITE
 from eval.scorers.refcoco import iou, parse_box
 from vlm.pretrain.scene_samples import box_turns, object_phrases, one_word_questions
 from vlm.prompting import strip_image_placeholder
@@ -59,26 +59,14 @@ def samples(world: Path, holdout: int, boxes: bool = False):
     return [s for s in questions if s[0] not in held], [s for s in questions if s[0] in held], describe
 
 
-FIRST_RELATIONS = ("left of", "above")  # what --vsr-tilt's statements mostly say
-
-
 def tilt_statement(sample: tuple, first: bool) -> tuple:
-    """A VSR training sample stated with a relation of `FIRST_RELATIONS` (`first`) or its opposite: the same
-    pair of objects, the relation word swapped and the answer flipped where it said the other (other kinds as
-    they are)."""
+    """A VSR training sample stated with a relation of `FIRST_RELATIONS` (`first`) or its opposite
+    (data/mini_world_questions.py `restate_vsr`, prompt and bare question alike; other kinds as they are)."""
     image, prompt, answer, question = sample
-    if kind(question) != "vsr":
+    if kind(question) != "vsr" or (stated_first(question) == first):
         return sample
-    rel = next(r for r in OPPOSITE if f" is {r} the " in question)
-    if (rel in FIRST_RELATIONS) == first:
-        return sample
-    swap = lambda text: text.replace(f" is {rel} the ", f" is {OPPOSITE[rel]} the ")  # noqa: E731
-    return image, swap(prompt), " " + ("no" if answer.strip() == "yes" else "yes"), swap(question)
-
-
-def stated_first(question: str) -> bool:
-    """Whether a VSR statement states a relation of `FIRST_RELATIONS` (what --vsr-tilt mostly trains)."""
-    return any(f" is {r} the " in question for r in FIRST_RELATIONS)
+    (prompt, answer), (question, _) = restate_vsr(prompt, answer, first), restate_vsr(question, answer, first)
+    return image, prompt, answer, question
 
 
 def split_kind(question: str) -> str | None:

@@ -146,8 +146,8 @@ def test_a_tilted_statement_is_the_generator_s_own_statement_with_its_answer(wor
 
     import numpy as np
 
-    from data.mini_world_questions import ask_vsr
-    from scripts.lookup_probe import FIRST_RELATIONS, tilt_statement, tilt_share
+    from data.mini_world_questions import FIRST_RELATIONS, ask_vsr
+    from scripts.lookup_probe import tilt_statement, tilt_share
 
     scenes = json.loads((world / "scenes.json").read_text())["train"]
     train, _, _ = samples(world, holdout=4)

@@ -3,7 +3,8 @@ object's words at the patch under its centre (hand-checked against the scene), s
 the LM's own word embeddings, the loss equal to transformers' own on those embeddings, `slot_background`'s one
 random vector per sample in every slot (training only), `sign_slot`'s sign word at the patch under the sign's
 centre, `extra_questions` generated for every family, their answers checked against the scenes by hand-written
-rules, and a 3-step run that trains and exports."""
+rules, `kinds` and `vsr_tilt` (VSR statements restated with the scene's truth, checked against the generator), the
+VSR curriculum's two flavours, and a 3-step run that trains and exports."""
 
 from __future__ import annotations
 
@@ -265,3 +266,57 @@ def test_scene_mix_puts_that_share_of_scene_samples_beside_the_dialogues(world):
     with pytest.raises(ValueError, match="scene_mix=1.0"):
         LMPretrainTask().build_datamodule(scene_cfg(world, "lm_pretrain.data=dialogues", "lm_pretrain.scene_mix=1.0"),
                                           cfg.stage.phases.pretrain, model, None, micro_batch_size=4, seed=0)
+
+
+def test_kinds_keep_only_those_questions_and_the_tilt_restates_vsr_with_the_scenes_truth(world):
+    import numpy as np
+
+    from data.mini_world_questions import ask_vsr, question_kind, stated_first
+    from vlm.prompting import strip_image_placeholder
+
+    scenes = json.loads((world / "scenes.json").read_text())["train"]
+    asked = lambda rows: [(im, strip_image_placeholder(q), a) for im, q, a in rows  # noqa: E731
+                          if not q.endswith(("Describe the image.", "Describe the image in detail."))]
+    every = asked(scene_texts(world, 100))
+    kept = asked(scene_texts(world, 100, kinds=("vsr", "relation")))
+    assert kept == [r for r in every if question_kind(r[1]) in ("vsr", "relation")]
+    assert {question_kind(q) for _, q, _ in kept} == {"vsr", "relation"} and len(kept) < len(every)
+    assert len(scene_texts(world, 100, kinds=("vsr",))) == 2 * len(scenes) + sum(question_kind(q) == "vsr" for _, q, _ in every)
+    for share in (1.0, 0.0):
+        tilted = [r for r in asked(scene_texts(world, 100, vsr_tilt=share)) if question_kind(r[1]) == "vsr"]
+        assert len(tilted) == sum(question_kind(q) == "vsr" for _, q, _ in every)
+        for image, prompt, answer in tilted:
+            statement = prompt.split("true? ")[1].split("\n")[0]
+            truth = {q["question"]: q["answer"] for q in ask_vsr(scenes[image], np.random.default_rng(0))}
+            assert stated_first(statement) == (share == 1.0) and truth[statement] == answer
+    half = [r for r in asked(scene_texts(world, 100, vsr_tilt=0.5)) if question_kind(r[1]) == "vsr"]
+    assert 0 < sum(stated_first(q) for _, q, _ in half) < len(half)
+    assert scene_texts(world, 100, vsr_tilt=0.5) == scene_texts(world, 100, vsr_tilt=0.5)  # seeded
+    with pytest.raises(ValueError, match=r"lm_pretrain.kinds=\['vsr', 'colours'\]: \['colours'\] is no question kind"):
+        scene_texts(world, 100, kinds=("vsr", "colours"))
+    with pytest.raises(ValueError, match=r"lm_pretrain.vsr_tilt=1.5: give the share"):
+        scene_texts(world, 100, vsr_tilt=1.5)
+
+
+def test_restating_a_statement_that_is_no_vsr_statement_is_refused():
+    from data.mini_world_questions import restate_vsr
+
+    assert restate_vsr("The red circle is below the blue square.", " yes", True) == (
+        "The red circle is above the blue square.", " no")
+    assert restate_vsr("The red circle is above the blue square.", "no", True) == (
+        "The red circle is above the blue square.", "no")
+    with pytest.raises(ValueError, match="is not a VSR statement"):
+        restate_vsr("What color is the circle?", "red", True)
+    with pytest.raises(ValueError, match="answered yes or no"):
+        restate_vsr("The red circle is below the blue square.", "maybe", True)
+
+
+def test_the_vsr_curriculum_flavours_train_on_tilted_then_balanced_statements():
+    from vlm.tiny import ensure_tiny
+
+    balanced = ensure_tiny("mini_llama_vsr")  # writes mini_llama_vsr_tilted first, from mini_llama_text
+    tilted = ensure_tiny("mini_llama_vsr_tilted")
+    recorded = [json.loads((folder / "pretraining.json").read_text())["overrides"] for folder in (tilted, balanced)]
+    assert "lm_pretrain.vsr_tilt=1.0" in recorded[0] and not any(o.startswith("lm_pretrain.vsr_tilt") for o in recorded[1])
+    assert all("lm_pretrain.kinds=[vsr,relation]" in o for o in recorded)
+    assert "lm_pretrain.init=tiny:mini_llama_vsr_tilted" in recorded[1]

@@ -21,7 +21,8 @@ Data (`lm_pretrain.data`):
   scene's objects given as one vector per patch slot (with `lm_pretrain.sign_slot`, the sign's word too;
   vlm/pretrain/scene_samples.py; the last `lm_pretrain.holdout` scenes held out), in `lm_pretrain.prompt_format`,
   loss on the answers; with `lm_pretrain.slot_background` > 0, a random vector per sample is added to every slot
-  in training.
+  in training; `lm_pretrain.kinds` keeps only some kinds of question and `lm_pretrain.vsr_tilt` restates VSR's
+  statements to mostly say left of / above (VSR's curriculum: conf/tiny/mini_llama_vsr_tilted.yaml).
 When training ends, rank 0 writes `save_pretrained` + the tokenizer files to `RUN_DIR/export/`, which
 vlm/backbones.py (`HFBackbone(model_id=RUN_DIR/export)`) loads like a hub model.
 """
@@ -130,7 +131,9 @@ def scenes_of(block: DictConfig, world: Path, tokenizer) -> list:
                          int(block.questions_per_scene), int(block.holdout), int(block.block_size),
                          extra_questions=int(block.get("extra_questions", 0)),
                          sign_slot=bool(block.get("sign_slot", False)),
-                         box_questions=bool(block.get("box_questions", False)))
+                         box_questions=bool(block.get("box_questions", False)),
+                         kinds=None if block.get("kinds") is None else tuple(block.kinds),
+                         vsr_tilt=None if block.get("vsr_tilt") is None else float(block.vsr_tilt))
 
 
 def with_scene_samples(dialogue: list, scenes: list, share: float, seed: int) -> list:

@@ -9,7 +9,9 @@ encoder + projector would have to deliver there). The text is the scene's captio
 (`lm_text.txt`), one of its one-word questions (`instruct.json` without the box and description turns) or, with
 `extra_questions` > 0, one of that many further questions generated from the scene for every family but RefCOCO
 in turn (`extra_scene_questions`; with `box_questions`, RefCOCO's too: a referring expression answered by the
-object's box, which the LM can only place from the slot the object sits in), with the loss on the answer. The LM
+object's box, which the LM can only place from the slot the object sits in), with the loss on the answer. With
+`kinds`, only the questions of those kinds; with `vsr_tilt`, VSR statements restated to mostly say left of / above
+(`scene_texts`: the first step of VSR's curriculum). The LM
 reads nothing but its own word embeddings, and learns to look objects up among patch slots by their words: the in-context lookup a real base LM
 arrives with, which a VLM cell then only has to point its projector at (docs/reproduction.md, runs 31-37).
 
@@ -28,8 +30,16 @@ import numpy as np
 import torch
 
 from data.atomic import read_json
-from data.mini_world_questions import ASK, absent_pairs, pope_question, prompt
-from vlm.prompting import IGNORE_INDEX
+from data.mini_world_questions import (
+    ASK,
+    QUESTION_KINDS,
+    absent_pairs,
+    pope_question,
+    prompt,
+    question_kind,
+    restate_vsr,
+)
+from vlm.prompting import IGNORE_INDEX, strip_image_placeholder
 from vlm.pretrain.quality import centre_patch
 from vlm.pretrain.world import caption_records, scenes, text_lines
 
@@ -113,9 +123,24 @@ def extra_scene_questions(world: Path, per_scene: int, seed: int = 0,
 
 
 def scene_texts(world: Path, questions_per_scene: int, extra_questions: int = 0,
-                box_questions: bool = False) -> list[tuple[str, str, str]]:
+                box_questions: bool = False, kinds: tuple[str, ...] | None = None,
+                vsr_tilt: float | None = None, seed: int = 0) -> list[tuple[str, str, str]]:
     """(image, prompt, answer) of every training scene: its caption, its prose line, its first
-    `questions_per_scene` one-word questions and `extra_questions` generated ones, in scenes.json's order."""
+    `questions_per_scene` one-word questions and `extra_questions` generated ones, in scenes.json's order. With
+    `kinds`, only the questions of those kinds (data/mini_world_questions.py `question_kind`: "vsr", "relation", ...)
+    stay beside the caption and prose. With `vsr_tilt` (a share in [0, 1]), each VSR statement is restated, seeded,
+    with a relation of `FIRST_RELATIONS` ("left of", "above") at that chance and with its opposite otherwise, the
+    answer flipped to keep the scene's truth (`restate_vsr`): at 1.0 every statement says left of / above, so the
+    label follows the true relation and a first-order signal teaches the statement's comparison, the first step of
+    the curriculum that breaks VSR's saddle (docs/reproduction.md, twenty-sixth session)."""
+    if vsr_tilt is not None and not 0.0 <= vsr_tilt <= 1.0:
+        raise ValueError(f"lm_pretrain.vsr_tilt={vsr_tilt}: give the share of VSR statements that say left of / "
+                         "above, in [0, 1] (null: as generated)")
+    known = {kind for kind, _ in QUESTION_KINDS}
+    if kinds is not None and set(kinds) - known:
+        raise ValueError(f"lm_pretrain.kinds={list(kinds)}: {sorted(set(kinds) - known)} is no question kind; "
+                         f"choose among {sorted(known)}")
+    rng = np.random.default_rng(seed)
     names = list(scenes(world, "train"))
     prose = text_lines(world, "lm_text.txt")
     if len(prose) != len(names):
@@ -127,16 +152,23 @@ def scene_texts(world: Path, questions_per_scene: int, extra_questions: int = 0,
     out = []
     for image, line in zip(names, prose):
         out += [(image, CAPTION_PROMPT, captions[image]), (image, PROSE_PROMPT, line)]
-        out += [(image, q, a) for q, a in questions.get(image, [])[:questions_per_scene] + extra.get(image, [])]
+        for q, a in questions.get(image, [])[:questions_per_scene] + extra.get(image, []):
+            asked = question_kind(strip_image_placeholder(q)) if kinds is not None or vsr_tilt is not None else None
+            if kinds is not None and asked not in kinds:
+                continue
+            if asked == "vsr" and vsr_tilt is not None:
+                q, a = restate_vsr(q, a, bool(rng.random() < vsr_tilt))
+            out.append((image, q, a))
     return out
 
 
 def scene_samples(world: Path, tokenizer, fmt, questions_per_scene: int, holdout: int, max_length: int,
                   grid: tuple[int, int] = (8, 8), extra_questions: int = 0,
-                  sign_slot: bool = False,
-                  box_questions: bool = False) -> list[tuple[list[int], list[int], dict[int, list[int]]]]:
+                  sign_slot: bool = False, box_questions: bool = False, kinds: tuple[str, ...] | None = None,
+                  vsr_tilt: float | None = None) -> list[tuple[list[int], list[int], dict[int, list[int]]]]:
     """The training samples of the scenes but the last `holdout` (kept apart for a held-out figure), cut to
-    `max_length` tokens after the slots. Two things under one patch (a sign over an object's cell) share its slot."""
+    `max_length` tokens after the slots (`kinds`, `vsr_tilt`: `scene_texts`'). Two things under one patch (a sign
+    over an object's cell) share its slot."""
     objects = object_phrases(world, grid, sign_slot)
     held = set(list(objects)[len(objects) - holdout:]) if holdout else set()
     slots, start = grid[0] * grid[1], fmt.image_position
@@ -148,7 +180,8 @@ def scene_samples(world: Path, tokenizer, fmt, questions_per_scene: int, holdout
         return word_ids[word]
 
     out = []
-    for image, question, answer in scene_texts(world, questions_per_scene, extra_questions, box_questions):
+    for image, question, answer in scene_texts(world, questions_per_scene, extra_questions, box_questions, kinds,
+                                               vsr_tilt):
         if image in held:
             continue
         ids, labels = fmt.build([("human", question), ("gpt", answer)])
