@@ -257,3 +257,20 @@ def test_a_flavour_revision_moves_only_that_flavours_folder(tmp_path):
     pretraining = read_json(siglip / "pretraining.json")
     assert "stage.phases.pretrain.optim.lr=3.0e-4" in pretraining["overrides"]
     assert pretraining["overrides"][-1] == "encoder_pretrain.holdout=8"  # smoke overrides appended (trainer.max_steps=2 caps the 3,200)
+
+
+def test_a_flavour_started_from_another_is_at_least_at_its_revision():
+    """A flavour whose recipe starts from another (`tiny:NAME` in its overrides) must move its own folder when that
+    one's revision moves, or a cache keeps it trained on the old weights: its revision is never below its source's
+    (e.g. mini_llama_base revision 2 on mini_llama_scenes revision 2)."""
+    import re
+
+    from core.conf import group_option
+    from vlm.tiny import flavours
+
+    revision = {name: int(group_option("tiny", name).get("revision", 1)) for name in flavours()}
+    started = {name: re.findall(r"tiny:(\w+)", " ".join(map(str, group_option("tiny", name).get("overrides", []))))
+               for name in flavours()}
+    assert started["mini_llama_base"] == ["mini_llama_scenes"]  # the overrides are read
+    behind = {(name, source) for name, sources in started.items() for source in sources if revision[name] < revision[source]}
+    assert not behind, f"flavours below the revision of the flavour they start from (raise theirs): {sorted(behind)}"
