@@ -76,6 +76,36 @@ def test_encoder_objective_trains_and_exports(tmp_path, objective):
     assert np.isfinite(before) and after < before
 
 
+def test_encoder_init_starts_the_tower_from_a_checkpoint_at_another_resolution(tmp_path):
+    """`encoder_pretrain.init` loads an exported tower at a new `img_size`: the blocks are the checkpoint's, the
+    position embeddings its 8x8 grid resampled bicubically to 12x12 (timm's own resampler), the heads fresh; a
+    folder holding another tower is refused by name."""
+    import timm
+    from safetensors.torch import load_file
+    from timm.layers import resample_abs_pos_embed
+
+    cfg, run_dir = small_run(tmp_path, "task=encoder_pretrain", "encoder_pretrain.objective=clip", "encoder_pretrain.holdout=8")
+    source = load_file(str(run_dir / "export" / "model.safetensors"))
+    task = EncoderPretrainTask()
+    started = compose_cfg(*BASE, *WORLD, "task=encoder_pretrain", "encoder_pretrain.objective=clip", "encoder_pretrain.img_size=96",
+                          f"encoder_pretrain.init={run_dir / 'export'}")
+    tower = task.build_model(started, run_dir).tower.state_dict()
+    assert tower["pos_embed"].shape == (1, 144, source["pos_embed"].shape[-1]) and source["pos_embed"].shape[1] == 64
+    expected = resample_abs_pos_embed(source["pos_embed"], (12, 12), old_size=(8, 8), num_prefix_tokens=0)
+    assert torch.allclose(tower["pos_embed"], expected, atol=1e-6)
+    for key in ("patch_embed.proj.weight", "blocks.0.attn.qkv.weight", "attn_pool.latent"):
+        assert torch.equal(tower[key], source[key])
+    fresh = task.build_model(compose_cfg(*BASE, *WORLD, "task=encoder_pretrain", "encoder_pretrain.objective=clip",
+                                         "encoder_pretrain.img_size=96"), run_dir).tower.state_dict()
+    assert not torch.equal(fresh["blocks.0.attn.qkv.weight"], source["blocks.0.attn.qkv.weight"])
+
+    other = tmp_path / "other_tower"
+    timm.models.save_for_hf(timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0, img_size=64), other,
+                            model_args={"img_size": 64}, safe_serialization=True)
+    with pytest.raises(ValueError, match="not the tiny tower"):
+        task.build_model(compose_cfg(*BASE, *WORLD, "task=encoder_pretrain", f"encoder_pretrain.init={other}"), run_dir)
+
+
 def test_siglip_scale_and_bias_inits_reach_open_clips_loss():
     """`init_logit_scale` / `init_logit_bias` set SigLIP's learned scale and bias, and the batch loss open_clip's
     SigLipLoss computes is the hand-written sum of every pair's -log sigmoid(sign * (scale * cos + bias)) over rows."""

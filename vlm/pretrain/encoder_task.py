@@ -1,6 +1,7 @@
 """`task=encoder_pretrain`: the tiny image tower pretrained on the world's images on the shared core.
 
-`python train.py task=encoder_pretrain encoder_pretrain.objective=clip|siglip|supervised|mae [encoder_pretrain.img_size=96]`
+`python train.py task=encoder_pretrain encoder_pretrain.objective=clip|siglip|supervised|mae [encoder_pretrain.img_size=96]
+[encoder_pretrain.init=tiny:mini_clip]`
 
 `EncoderPretrainTask` is what conf/task/encoder_pretrain.yaml names; core.run.train drives it like any task
 (resumable, sweepable, checkpoints and results.json as usual). The model is the objective module of
@@ -9,6 +10,11 @@ records (image + caption) except the last `encoder_pretrain.holdout` ones, which
 (vlm/pretrain/quality.py) keeps for zero-shot retrieval; `supervised` reads each image's labels from
 scenes.json (label vocabulary: the sorted categories of the train scenes). Images are squashed whole to the
 square input (resize-naive) through the tower's own timm data config; captions are open_clip token ids.
+
+`encoder_pretrain.init` (a timm folder or `tiny:NAME`) starts the tower from that checkpoint instead of a fresh
+one, loaded by timm at `img_size`, which resamples its position embeddings to the new grid; the objective's heads
+(the text tower, the classifier, the MAE decoder) start fresh. This is how CLIP ViT-L/14@336 was made: the
+224-px CLIP trained on at 336 px (the mini_clip_96 flavour).
 
 When training ends, rank 0 exports the tower with `timm.models.save_for_hf` to `RUN_DIR/export/`, which
 `vlm.encoders.TimmEncoder(model_id="local-dir:RUN_DIR/export")` loads like a hub model.
@@ -28,7 +34,7 @@ from core.data import StreamDataModule
 from core.module import TrainModule
 from data.atomic import atomic_directory
 from vlm.images import image_transform
-from vlm.pretrain.objectives import ContrastiveObjective, build_objective, tower_args
+from vlm.pretrain.objectives import ContrastiveObjective, build_objective, build_tower, tower_args
 from vlm.pretrain.world import caption_records, load_image, scene_categories, scenes, world_folder
 
 EXPORT = "export"
@@ -54,6 +60,25 @@ def training_records(cfg: DictConfig, world: Path) -> list[tuple[str, str]]:
 def label_vocabulary(world: Path) -> list[str]:
     """The sorted attribute categories of the train scenes (the supervised head's outputs)."""
     return sorted(set().union(*(scene_categories(s) for s in scenes(world, "train").values())))
+
+
+def pretrained_tower(init: str, img_size: int) -> nn.Module:
+    """The image tower of checkpoint `init` (`tiny:NAME`, `local-dir:PATH` or a folder) at `img_size`, loaded by
+    timm (its position embeddings resampled to the new grid); it must be the tower `build_tower` makes."""
+    from vlm.hub import resolve_tiny
+
+    source = resolve_tiny(init, "encoder_pretrain.init", folder_scheme="local-dir:")
+    if not source.startswith(("local-dir:", "hf-hub:")):
+        source = f"local-dir:{Path(source).expanduser()}"
+    tower = timm.create_model(source, pretrained=True, num_classes=0, img_size=img_size)
+    fresh = build_tower(img_size)
+    shapes = {k: tuple(v.shape) for k, v in tower.state_dict().items()}
+    expected = {k: tuple(v.shape) for k, v in fresh.state_dict().items()}
+    if shapes != expected:
+        differing = sorted(set(shapes.items()) ^ set(expected.items()))[:4]
+        raise ValueError(f"encoder_pretrain.init={init}: {source} is not the tiny tower vlm/pretrain/objectives.py builds "
+                         f"(differing parameters, e.g. {differing}); start from a checkpoint this task exported")
+    return tower
 
 
 def tower_transform(tower: nn.Module):
@@ -127,7 +152,8 @@ class EncoderPretrainTask:
         block = cfg.encoder_pretrain
         world = world_folder(cfg)
         num_labels = len(label_vocabulary(world)) if block.objective == "supervised" else 0
-        return build_objective(str(block.objective), int(block.img_size), num_labels, objective_settings(cfg))
+        tower = pretrained_tower(str(block.init), int(block.img_size)) if block.get("init") else None
+        return build_objective(str(block.objective), int(block.img_size), num_labels, objective_settings(cfg), tower)
 
     def build_datamodule(self, cfg: DictConfig, phase: DictConfig, model: nn.Module, run_dir: Path,
                          micro_batch_size: int, seed: int) -> EncoderPretrainDataModule:

@@ -177,10 +177,11 @@ class MAEObjective(nn.Module):
         return pred, target
 
 
-def build_objective(objective: str, img_size: int, num_labels: int = 0, settings: dict | None = None) -> nn.Module:
-    """The objective module `objective` (clip | siglip | supervised | mae) around a fresh tower; `settings`
-    are the objective's own keyword arguments (e.g. `mask_ratio`, `embed_dim`)."""
-    tower = build_tower(img_size)
+def build_objective(objective: str, img_size: int, num_labels: int = 0, settings: dict | None = None,
+                    tower: nn.Module | None = None) -> nn.Module:
+    """The objective module `objective` (clip | siglip | supervised | mae) around `tower` (default: a fresh one);
+    `settings` are the objective's own keyword arguments (e.g. `mask_ratio`, `embed_dim`)."""
+    tower = build_tower(img_size) if tower is None else tower
     settings = dict(settings or {})
     if objective in ("clip", "siglip"):
         return ContrastiveObjective(tower, objective, **settings)
