@@ -9,7 +9,7 @@ hashing a config writes nothing.
 VERSION changes every flavour's folder (a new LM chain rewrites them all). A
 flavour whose own recipe changes sets `revision: N` in its yaml instead: its
 folder becomes `NAME-vVERSION-rN` and no other flavour's cache moves (revision 1,
-the default, keeps the plain name). A flavour started from it (`lm_pretrain.init=tiny:NAME`) raises its own
+the default, keeps the plain name). A flavour started from it (`lm_pretrain.init=tiny:NAME`, `encoder_pretrain.init=tiny:NAME`) raises its own
 revision with it (tests/vlm/test_pretrain.py checks that none lags behind).
 
 Each flavour is registered by conf/tiny/NAME.yaml, whose `_target_` is its
