@@ -4,23 +4,46 @@
 `fused_mlp` = Linear(dv→4dv)–GELU–Linear(4dv→d)–GELU–Linear(d→d) (Prismatic's
 projector for fused encoders). Built by Hydra as partials (`vlm.interfaces.ProjectorFactory`) and completed
 with the encoder and backbone widths.
+
+`standardize_features=True` puts a `FeatureStandardizer` in front: each vision-feature channel standardised over
+the patches of the batch (BatchNorm without affine, MAE's linear-probe protocol), for an encoder whose patches
+share one large constant vector (a masked autoencoder's: docs/reproduction.md). HF Llava cannot represent it, so
+such runs are not exportable (vlm/hf_llava.py says so).
 """
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 
-def linear(vision_dim: int, llm_dim: int) -> nn.Module:
-    return nn.Linear(vision_dim, llm_dim)
+class FeatureStandardizer(nn.BatchNorm1d):
+    """(..., dim) features standardised per channel: over the batch's patches while training (running statistics
+    kept, momentum 0.1), with those running statistics in evaluation. No affine parameters: the next Linear has them."""
+
+    def __init__(self, dim: int):
+        super().__init__(dim, affine=False)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return super().forward(features.reshape(-1, features.shape[-1])).reshape(features.shape)
 
 
-def mlp(vision_dim: int, llm_dim: int) -> nn.Module:
-    return nn.Sequential(nn.Linear(vision_dim, llm_dim), nn.GELU(), nn.Linear(llm_dim, llm_dim))
+def _standardized(projector: nn.Sequential, vision_dim: int, standardize_features: bool) -> nn.Sequential:
+    return nn.Sequential(FeatureStandardizer(vision_dim), *projector) if standardize_features else projector
 
 
-def fused_mlp(vision_dim: int, llm_dim: int) -> nn.Module:
+def linear(vision_dim: int, llm_dim: int, standardize_features: bool = False) -> nn.Module:
+    layer = nn.Linear(vision_dim, llm_dim)
+    return _standardized(nn.Sequential(layer), vision_dim, True) if standardize_features else layer
+
+
+def mlp(vision_dim: int, llm_dim: int, standardize_features: bool = False) -> nn.Module:
+    return _standardized(nn.Sequential(nn.Linear(vision_dim, llm_dim), nn.GELU(), nn.Linear(llm_dim, llm_dim)),
+                         vision_dim, standardize_features)
+
+
+def fused_mlp(vision_dim: int, llm_dim: int, standardize_features: bool = False) -> nn.Module:
     hidden = 4 * vision_dim
-    return nn.Sequential(
+    return _standardized(nn.Sequential(
         nn.Linear(vision_dim, hidden), nn.GELU(), nn.Linear(hidden, llm_dim), nn.GELU(), nn.Linear(llm_dim, llm_dim)
-    )
+    ), vision_dim, standardize_features)

@@ -149,9 +149,12 @@ def test_lora_adapters_are_merged_on_export(tmp_path):
     assert_hf_matches(model, tmp_path / "llava")
 
 
-@pytest.mark.parametrize("projector, shape", [("fused_mlp", "Linear-GELU-Linear-GELU-Linear"), ("linear", "Linear")])
-def test_other_projectors_are_refused_with_the_reason(projector, shape, tmp_path, capsys):
-    cfg = compose_cfg(f"projector={projector}")
+@pytest.mark.parametrize("overrides, shape", [
+    (["projector=fused_mlp"], "Linear-GELU-Linear-GELU-Linear"), (["projector=linear"], "Linear"),
+    (["+projector.standardize_features=true"], "FeatureStandardizer-Linear-GELU-Linear"),
+])
+def test_other_projectors_are_refused_with_the_reason(overrides, shape, tmp_path, capsys):
+    cfg = compose_cfg(*overrides)
     run = save_run(build_vlm(cfg), cfg, tmp_path / "run")
     assert export_main([str(run), str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
