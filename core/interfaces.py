@@ -54,6 +54,10 @@ class Task(Protocol):
         False leaves it to the core, which loads `source/model.safetensors`."""
         ...
 
+    # Optional, not part of the protocol: `input_identities(cfg) -> dict[str, str]`, the identity of what the model
+    # starts from that the config does not pin (vlm: each `tiny:NAME` flavour's weight fingerprint); the core
+    # records it in the run directory and refuses to resume or reuse the run on other inputs (core.run.check_inputs).
+
 
 @runtime_checkable
 class Benchmark(Protocol):

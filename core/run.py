@@ -4,7 +4,9 @@ A run lives in `<run.root>/<run.name>/`: `config.yaml` (the resolved config),
 `checkpoints/last.ckpt`, `metrics.csv`, `model.safetensors` (the weights after
 the latest finished phase), `progress.json` (finished phases) and
 `results.json` (`train`: final training figures and data counts; top level:
-the latest evaluation's metrics; `benchmarks`: every evaluation by name).
+the latest evaluation's metrics; `benchmarks`: every evaluation by name) and
+`inputs.json` (what the run started from beyond its config, when the task says:
+`check_inputs`).
 `run.name` defaults to a name made of the main config choices
 (`run.name_parts`, set by the task's training config) plus a hash of the whole
 resolved config, so the same command finds its own directory again and resumes
@@ -83,6 +85,31 @@ def run_name(cfg: DictConfig) -> str:
     digest = hashlib.sha1(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:8]
     parts = [str(p) for p in cfg.run.get("name_parts") or []]
     return "-".join([*parts, digest])
+
+
+INPUTS = "inputs.json"
+
+
+def check_inputs(task: Task, cfg: DictConfig, run_dir: Path, fresh: bool, main: bool) -> None:
+    """What the run starts from beyond its config (`task.input_identities(cfg)`, optional: e.g. the weights behind
+    a `tiny:NAME` flavour, which its name does not pin) is recorded in `inputs.json` when the run starts, and every
+    later start of the same command compares it: a run that would resume, or be reused as finished, on other inputs
+    stops, naming them, instead of mixing two sets of weights. Runs started before the record existed are not checked."""
+    identities = getattr(task, "input_identities", None)
+    if identities is None:
+        return
+    current, path = identities(cfg), run_dir / INPUTS
+    if not path.exists():
+        if fresh and main and current:
+            write_json(path, current)
+        return
+    recorded = read_record(path, default={})
+    changed = [f"{key}: {old} then, {current[key]} now" for key, old in sorted(recorded.items())
+               if key in current and current[key] != old]
+    if changed:
+        raise RunDirError(f"{path}: {run_dir} was trained on other inputs than this command now loads ({'; '.join(changed)}); "
+                          "a component was rebuilt or moved to a new revision under the same name. Resuming or reusing the run "
+                          f"would mix them. Fix: move {run_dir} aside to train the command anew, or set run.name=NEW to train beside it")
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
@@ -211,6 +238,7 @@ def _train(cfg: DictConfig, task: Task, run_dir: Path) -> dict:
         remove_stray_tmp(run_dir / "checkpoints")
     last_ckpt = run_dir / "checkpoints" / "last.ckpt"
     weights = run_dir / "model.safetensors"
+    check_inputs(task, cfg, run_dir, fresh=not progress["completed"] and not last_ckpt.exists(), main=main)
 
     if main:
         print_recipe(cfg)

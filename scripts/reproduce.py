@@ -33,7 +33,6 @@ import argparse
 import csv
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -76,13 +75,9 @@ def compose_train(overrides: list[str]):
 
 def components(cfg) -> dict[str, str]:
     """{flavour: fingerprint} of every tiny flavour (`tiny:NAME`) the cell's encoder and backbone load."""
-    from omegaconf import OmegaConf
+    from vlm.tiny import fingerprints_in
 
-    from vlm.hub import TINY_PREFIX
-    from vlm.tiny import fingerprint
-
-    text = json.dumps([OmegaConf.to_container(cfg[part], resolve=True) for part in ("encoder", "backbone")])
-    return {name: fingerprint(name) for name in sorted(set(re.findall(rf"{TINY_PREFIX}([\w.-]+)", text)))}
+    return fingerprints_in(cfg.encoder, cfg.backbone)
 
 
 def machine() -> dict[str, str]:

@@ -42,6 +42,7 @@ from vla.dataset import VLADataset, instruction_of, prompt_ids
 from vlm.dataset import Collator
 from vlm.lightning import VLMModule, VLMTask
 from vlm.model import VLM, build_vlm
+from vlm.tiny import fingerprints_in
 
 console = Console()
 SPEC = "vla.json"
@@ -156,6 +157,9 @@ class VLATask:
         if rank_zero_only.rank == 0:
             model.vla.save(Path(run_dir))
         return model
+
+    def input_identities(self, cfg: DictConfig) -> dict[str, str]:
+        return fingerprints_in(cfg.encoder, cfg.backbone)  # the tiny flavours' weights (core.run.check_inputs)
 
     def build_datamodule(self, cfg: DictConfig, phase: DictConfig, model: VLM, run_dir: Path,
                          micro_batch_size: int, seed: int) -> VLADataModule:

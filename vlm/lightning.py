@@ -52,6 +52,7 @@ from vlm.dataset import Collator, VLMDataset, prepared_samples, tokenize_records
 from vlm.lora import freeze_all_but_adapters, has_lora
 from vlm.model import VLM, build_vlm
 from vlm.prompting import PromptFormat, build_prompt_format
+from vlm.tiny import fingerprints_in
 
 console = Console()
 
@@ -227,6 +228,9 @@ class VLMTask:
         in seconds, naming the file and the command that prepares it, before any weights load)."""
         require_files(cfg.data, sorted({split for phase in cfg.stage.phases.values() for split in phase.data}))
         return build_vlm(cfg)
+
+    def input_identities(self, cfg: DictConfig) -> dict[str, str]:
+        return fingerprints_in(cfg.encoder, cfg.backbone)  # the tiny flavours' weights (core.run.check_inputs)
 
     def build_datamodule(self, cfg: DictConfig, phase: DictConfig, model: VLM, run_dir: Path,
                          micro_batch_size: int, seed: int) -> VLMDataModule:

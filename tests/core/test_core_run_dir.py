@@ -143,6 +143,25 @@ def test_rerunning_a_finished_command_keeps_every_record(small_cfg, tmp_path):
     assert json.loads((run_dir / "results.json").read_text())["train"] == train_figures
 
 
+def test_a_run_whose_tiny_flavour_changed_under_its_name_is_not_resumed_or_reused(small_cfg, monkeypatch):
+    import vlm.tiny
+
+    cfg = small_cfg("run.name=inputs", "trainer.max_steps=2")
+    first = train(cfg)
+    run_dir = Path(first["run_dir"])
+    names = sorted({cfg.encoder.model_id.removeprefix("tiny:"), cfg.backbone.model_id.removeprefix("tiny:")})
+    assert json.loads((run_dir / "inputs.json").read_text()) == {n: vlm.tiny.fingerprint(n) for n in names}
+    assert train(cfg) == first  # the same weights behind the names: the finished run is reused
+
+    real = vlm.tiny.fingerprint  # a rebuild (another revision, another kind of CPU) under the same `tiny:NAME`
+    monkeypatch.setattr(vlm.tiny, "fingerprint", lambda n, root=None: "0" * 16 if n == names[0] else real(n, root))
+    with pytest.raises(RunDirError, match=rf"inputs\.json.*{names[0]}: [0-9a-f]{{16}} then, 0{{16}} now.*move .* aside"):
+        train(cfg)
+    (run_dir / "inputs.json").unlink()  # a run recorded before inputs.json existed is not checked
+    assert train(cfg) == first
+    assert not (run_dir / "inputs.json").exists()  # nor given a record of weights it may not have trained on
+
+
 def test_damaged_records_stop_the_run_naming_the_file_and_stay_as_they_were(small_cfg, tmp_path):
     cfg = small_cfg("run.name=records", "trainer.max_steps=2")
     run_dir = Path(train(cfg)["run_dir"])

@@ -36,6 +36,7 @@ from data.atomic import atomic_directory
 from vlm.images import image_transform
 from vlm.pretrain.objectives import ContrastiveObjective, build_objective, build_tower, tower_args
 from vlm.pretrain.world import caption_records, load_image, scene_categories, scenes, world_folder
+from vlm.tiny import fingerprints_in
 
 EXPORT = "export"
 
@@ -154,6 +155,9 @@ class EncoderPretrainTask:
         num_labels = len(label_vocabulary(world)) if block.objective == "supervised" else 0
         tower = pretrained_tower(str(block.init), int(block.img_size)) if block.get("init") else None
         return build_objective(str(block.objective), int(block.img_size), num_labels, objective_settings(cfg), tower)
+
+    def input_identities(self, cfg: DictConfig) -> dict[str, str]:
+        return fingerprints_in(cfg.encoder_pretrain)  # the tiny flavours' weights (core.run.check_inputs)
 
     def build_datamodule(self, cfg: DictConfig, phase: DictConfig, model: nn.Module, run_dir: Path,
                          micro_batch_size: int, seed: int) -> EncoderPretrainDataModule:

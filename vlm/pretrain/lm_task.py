@@ -46,6 +46,7 @@ from vlm.prompting import IGNORE_INDEX, build_prompt_format
 from vlm.pretrain.encoder_task import EXPORT
 from vlm.pretrain.scene_samples import random_backgrounds, scene_samples, slot_embeddings, slot_tensors
 from vlm.pretrain.world import dialogues, text_lines, world_folder
+from vlm.tiny import fingerprints_in
 
 
 class CausalLM(nn.Module):
@@ -218,6 +219,9 @@ class LMPretrainTask:
 
     def build_model(self, cfg: DictConfig, run_dir: Path) -> CausalLM:
         return build_lm(cfg)
+
+    def input_identities(self, cfg: DictConfig) -> dict[str, str]:
+        return fingerprints_in(cfg.lm_pretrain)  # the tiny flavours' weights (core.run.check_inputs)
 
     def build_datamodule(self, cfg: DictConfig, phase: DictConfig, model: CausalLM, run_dir: Path,
                          micro_batch_size: int, seed: int) -> LMDataModule:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from core.conf import group_option, group_options
 from core.weights import sha256
@@ -68,3 +69,25 @@ def fingerprint(name: str, root: Path | None = None) -> str:
         raise FileNotFoundError(f"tiny flavour {name!r}: no *.safetensors in {folder}; delete the folder to rewrite it")
     listing = "\n".join(f"{p.relative_to(folder).as_posix()} {sha256(p)}" for p in files)
     return hashlib.sha256(listing.encode()).hexdigest()[:16]
+
+
+def fingerprints_in(*nodes) -> dict[str, str]:
+    """{NAME: fingerprint} of every tiny flavour a config node names (a string value `tiny:NAME` anywhere in it,
+    after resolving): what a run's name alone does not pin, since a flavour rebuilt or moved to a new revision
+    keeps its `tiny:NAME`."""
+    from vlm.hub import TINY_PREFIX
+
+    def strings(value):
+        if isinstance(value, dict):
+            for v in value.values():
+                yield from strings(v)
+        elif isinstance(value, list):
+            for v in value:
+                yield from strings(v)
+        elif isinstance(value, str):
+            yield value
+
+    names = {value.removeprefix(TINY_PREFIX) for node in nodes if node is not None
+             for value in strings(OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node)
+             if value.startswith(TINY_PREFIX)}
+    return {name: fingerprint(name) for name in sorted(names)}
