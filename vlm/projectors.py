@@ -28,13 +28,15 @@ class FeatureStandardizer(nn.BatchNorm1d):
         return super().forward(features.reshape(-1, features.shape[-1])).reshape(features.shape)
 
 
-def _standardized(projector: nn.Sequential, vision_dim: int, standardize_features: bool) -> nn.Sequential:
-    return nn.Sequential(FeatureStandardizer(vision_dim), *projector) if standardize_features else projector
+def _standardized(layers: nn.Module, vision_dim: int, standardize_features: bool) -> nn.Module:
+    """`layers` (a Sequential or one layer), after a `FeatureStandardizer` when asked."""
+    if not standardize_features:
+        return layers
+    return nn.Sequential(FeatureStandardizer(vision_dim), *(layers if isinstance(layers, nn.Sequential) else [layers]))
 
 
 def linear(vision_dim: int, llm_dim: int, standardize_features: bool = False) -> nn.Module:
-    layer = nn.Linear(vision_dim, llm_dim)
-    return _standardized(nn.Sequential(layer), vision_dim, True) if standardize_features else layer
+    return _standardized(nn.Linear(vision_dim, llm_dim), vision_dim, standardize_features)
 
 
 def mlp(vision_dim: int, llm_dim: int, standardize_features: bool = False) -> nn.Module:
